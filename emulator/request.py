@@ -1,0 +1,359 @@
+"""The job request: what to run, in the shape of SageMaker's CreateTrainingJob request.
+
+A :class:`JobRequest` is a frozen value. Build it with :func:`create` (the keyword arguments the
+SDK's ``PyTorch`` estimator takes), or from a CreateTrainingJob dict (:func:`from_create_training_job`,
+used by the SDK session). Either way it is validated once, here, before anything touches the
+filesystem or starts a host; every error is a :class:`~emulator.errors.RequestError` that names the
+field and what is allowed.
+
+Hyperparameters are stored as the SDK sends them: a map of string to JSON-encoded string, with the
+``sagemaker_*`` keys included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from . import distribution as dist
+from .errors import RequestError
+from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup
+
+#: Limits from the CreateTrainingJob API model.
+JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_RUNTIME_DEFAULT = 86_400
+MAX_RUNTIME_LIMIT = 28 * 86_400
+#: The emulator runs every host on this machine; more than this is refused.
+MAX_HOSTS = 64
+CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9\.\-_]+$")
+ENV_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+DEFAULT_REGION = "us-west-2"
+HOMOGENEOUS_GROUP = "homogeneousCluster"
+CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """One instance group (``ResourceConfig.InstanceGroups``), or the homogeneous cluster."""
+
+    name: str
+    instance_type: str
+    count: int
+
+    @property
+    def type(self) -> InstanceType:
+        return lookup(self.instance_type)
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One input channel: a local folder mounted read-only at ``/opt/ml/input/data/<name>``."""
+
+    name: str
+    path: Path
+    content_type: str | None = None
+    input_mode: Literal["File"] = "File"
+    s3_distribution_type: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
+
+    def config(self) -> dict[str, str]:
+        """This channel's entry in ``inputdataconfig.json`` (real-job shape)."""
+        cfg = {"TrainingInputMode": self.input_mode, "S3DistributionType": self.s3_distribution_type,
+               "RecordWrapperType": "None"}
+        if self.content_type:
+            cfg["ContentType"] = self.content_type
+        return cfg
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A training job, as CreateTrainingJob would carry it, plus the emulator's own options."""
+
+    job_name: str
+    entry_point: str
+    source_dir: Path
+    hyperparameters: Mapping[str, str]
+    instance_groups: tuple[InstanceGroup, ...]
+    output_path: Path
+    channels: tuple[Channel, ...] = ()
+    gpus_per_host: int | None = None
+    max_runtime_seconds: int = MAX_RUNTIME_DEFAULT
+    checkpoint_local_path: str = CHECKPOINT_DEFAULT
+    checkpoint_dir: Path | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    region: str = DEFAULT_REGION
+    image_uri: str | None = None
+    forward_aws_credentials: bool = False
+    heterogeneous: bool = False
+
+    @property
+    def hosts(self) -> list[str]:
+        """``algo-1 … algo-N`` over all groups, in group order."""
+        return [f"algo-{i}" for i in range(1, self.host_count + 1)]
+
+    @property
+    def host_count(self) -> int:
+        return sum(g.count for g in self.instance_groups)
+
+    def group_of(self, host: str) -> InstanceGroup:
+        index = int(host.split("-")[1]) - 1
+        for group in self.instance_groups:
+            if index < group.count:
+                return group
+            index -= group.count
+        raise KeyError(host)
+
+    def gpus_on(self, host: str) -> int:
+        """Emulated GPUs on ``host``: the type's count, or the override where it applies."""
+        itype = self.group_of(host).type
+        if self.gpus_per_host is not None and itype.is_gpu:
+            return self.gpus_per_host
+        return itype.gpus
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:sagemaker:{self.region}:000000000000:training-job/{self.job_name.lower()}"
+
+    @property
+    def job_dir(self) -> Path:
+        """Where this job's results go: ``<output_path>/<job_name>``."""
+        return self.output_path / self.job_name
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (for ``plan`` and ``job.json``)."""
+        return {
+            "TrainingJobName": self.job_name,
+            "HyperParameters": dict(self.hyperparameters),
+            "ResourceConfig": self.resource_config(),
+            "StoppingCondition": {"MaxRuntimeInSeconds": self.max_runtime_seconds},
+            "InputDataConfig": [
+                {"ChannelName": c.name, "DataSource": {"FileDataSource": {"FileUri": c.path.as_uri()}},
+                 **({"ContentType": c.content_type} if c.content_type else {}),
+                 "InputMode": c.input_mode}
+                for c in self.channels
+            ],
+            "OutputDataConfig": {"S3OutputPath": self.output_path.as_uri()},
+            "CheckpointConfig": {"LocalPath": self.checkpoint_local_path,
+                                 **({"S3Uri": self.checkpoint_dir.as_uri()} if self.checkpoint_dir else {})},
+            "Environment": dict(self.environment),
+            "AlgorithmSpecification": {"TrainingImage": self.image_uri or "emulator:process",
+                                       "TrainingInputMode": "File"},
+        }
+
+    def resource_config(self) -> dict[str, Any]:
+        if not self.heterogeneous:
+            g = self.instance_groups[0]
+            return {"InstanceType": g.instance_type, "InstanceCount": g.count, "VolumeSizeInGB": 30}
+        return {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
+                                    "InstanceCount": g.count} for g in self.instance_groups],
+                "VolumeSizeInGB": 30}
+
+
+def default_job_name(base: str = "emulator") -> str:
+    """``<base>-YYYY-MM-DD-HH-MM-SS-mmm`` as the SDK's ``name_from_base`` builds it."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d-%H-%M-%S", time.gmtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+    return f"{base[: 63 - len(stamp) - 1]}-{stamp}"
+
+
+def _local_path(value: str | os.PathLike[str], field_name: str) -> Path:
+    text = os.fspath(value)
+    if "://" in text:
+        parsed = urlparse(text)
+        if parsed.scheme != "file":
+            raise RequestError(field_name, f"unsupported URI scheme {parsed.scheme!r} in {text!r}",
+                               allowed="a local folder or a file:// URI (s3:// through the SDK session)")
+        text = parsed.path
+    return Path(text).expanduser().absolute()
+
+
+def create(
+    *,
+    entry_point: str | os.PathLike[str],
+    source_dir: str | os.PathLike[str] | None = None,
+    instance_count: int = 1,
+    instance_type: str = DEFAULT_INSTANCE_TYPE,
+    instance_groups: Sequence[InstanceGroup] | None = None,
+    gpus_per_host: int | None = None,
+    distribution: Mapping[str, Any] | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
+    channels: Mapping[str, str | os.PathLike[str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+    output_path: str | os.PathLike[str] = "./out",
+    max_run: int = MAX_RUNTIME_DEFAULT,
+    job_name: str | None = None,
+    base_job_name: str = "emulator",
+    checkpoint_local_path: str | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    region: str = DEFAULT_REGION,
+    image_uri: str | None = None,
+    forward_aws_credentials: bool = False,
+    pytorchddp_encoding: Literal["smdistributed", "pytorch_ddp"] = "smdistributed",
+    container_log_level: int = 20,
+) -> JobRequest:
+    """Build and validate a request from the keyword arguments the SDK estimator takes.
+
+    ``hyperparameters`` are plain Python values; they are JSON-encoded as the SDK encodes them,
+    and the SDK's ``sagemaker_*`` keys are added (program, submit directory, log level, job name,
+    region, and the distribution's keys).
+    """
+    if source_dir is None:
+        ep = _local_path(entry_point, "entry_point")
+        source, entry = ep.parent, ep.name
+    else:
+        source = _local_path(source_dir, "source_dir")
+        entry = os.fspath(entry_point)
+    name = job_name if job_name is not None else default_job_name(base_job_name)
+    if instance_groups:
+        groups = tuple(instance_groups)
+        hetero = True
+    else:
+        _check_count(instance_count, "ResourceConfig.InstanceCount")
+        groups = (InstanceGroup(HOMOGENEOUS_GROUP, instance_type, instance_count),)
+        hetero = False
+    user_hps = dict(hyperparameters or {})
+    if not isinstance(hyperparameters, Mapping | None):
+        raise RequestError("HyperParameters", f"must be a JSON object, got {type(hyperparameters).__name__}")
+    for key in user_hps:
+        if not isinstance(key, str):
+            raise RequestError("HyperParameters", f"key {key!r} is not a string")
+    first_type = _validate_groups(groups)
+    hps = {k: dist.encode(v) for k, v in user_hps.items()}
+    hps.update(dist.distribution_hyperparameters(
+        distribution, first_type, group_names=[g.name for g in groups] if hetero else [],
+        image_uri=image_uri, pytorchddp_encoding=pytorchddp_encoding))
+    hps.update({
+        "sagemaker_program": dist.encode(entry),
+        "sagemaker_submit_directory": dist.encode("/opt/ml/code"),
+        "sagemaker_container_log_level": dist.encode(container_log_level),
+        "sagemaker_job_name": dist.encode(name),
+        "sagemaker_region": dist.encode(region),
+    })
+    chans = tuple(Channel(n, _local_path(p, f"InputDataConfig.{n}")) for n, p in (channels or {}).items())
+    request = JobRequest(
+        job_name=name,
+        entry_point=entry,
+        source_dir=source,
+        hyperparameters=hps,
+        instance_groups=groups,
+        output_path=_local_path(output_path, "OutputDataConfig.S3OutputPath"),
+        channels=chans,
+        gpus_per_host=gpus_per_host,
+        max_runtime_seconds=max_run,
+        checkpoint_local_path=checkpoint_local_path or CHECKPOINT_DEFAULT,
+        checkpoint_dir=_local_path(checkpoint_dir, "CheckpointConfig.S3Uri") if checkpoint_dir else None,
+        environment=dict(environment or {}),
+        region=region,
+        image_uri=image_uri,
+        forward_aws_credentials=forward_aws_credentials,
+        heterogeneous=hetero,
+    )
+    validate(request)
+    return request
+
+
+def _check_count(count: Any, field_name: str) -> None:
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_HOSTS:
+        raise RequestError(field_name, f"must be a whole number of hosts from 1 to {MAX_HOSTS}, got {count!r}",
+                           allowed=f"1..{MAX_HOSTS} (every host runs on this machine)")
+
+
+def _validate_groups(groups: Sequence[InstanceGroup]) -> InstanceType:
+    if not groups:
+        raise RequestError("ResourceConfig.InstanceGroups", "is empty", allowed="at least one group")
+    seen: set[str] = set()
+    for i, g in enumerate(groups):
+        where = f"ResourceConfig.InstanceGroups[{i}]"
+        if not g.name or g.name in seen:
+            raise RequestError(f"{where}.InstanceGroupName", f"missing or repeated name {g.name!r}")
+        seen.add(g.name)
+        _check_count(g.count, f"{where}.InstanceCount" if len(groups) > 1 else "ResourceConfig.InstanceCount")
+        lookup(g.instance_type, field=f"{where}.InstanceType" if len(groups) > 1 else "ResourceConfig.InstanceType")
+    total = sum(g.count for g in groups)
+    if total > MAX_HOSTS:
+        raise RequestError("ResourceConfig", f"{total} hosts in all; the emulator runs at most {MAX_HOSTS}")
+    return lookup(groups[0].instance_type)
+
+
+def validate(request: JobRequest) -> None:
+    """Check a request; raise :class:`RequestError` naming the first bad field. Reads only."""
+    if not isinstance(request.job_name, str) or not JOB_NAME_RE.match(request.job_name):
+        raise RequestError("TrainingJobName", f"{request.job_name!r} is not a valid training job name",
+                           allowed="1-63 ASCII letters, digits and hyphens, no leading or trailing hyphen")
+    _validate_groups(request.instance_groups)
+    if request.gpus_per_host is not None:
+        gpus = request.gpus_per_host
+        for g in request.instance_groups:
+            itype = g.type
+            if not itype.is_gpu:
+                raise RequestError("gpus_per_host", f"{itype.name} has no GPUs; the override can only "
+                                   "scale a GPU instance type's count down", allowed="omit it for CPU types")
+            if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= itype.gpus:
+                raise RequestError("gpus_per_host", f"{gpus!r} GPUs per host on {itype.name}",
+                                   allowed=f"1..{itype.gpus}")
+    if not request.source_dir.is_dir():
+        raise RequestError("source_dir", f"{request.source_dir} is not an existing folder")
+    entry = request.entry_point
+    if not entry or entry.startswith("-"):
+        raise RequestError("entry_point", f"{entry!r} is not a file name")
+    ep = (request.source_dir / entry)
+    try:
+        ep.resolve().relative_to(request.source_dir.resolve())
+    except ValueError:
+        raise RequestError("entry_point", f"{entry!r} is outside the source dir {request.source_dir}",
+                           allowed="a path relative to source_dir, inside it") from None
+    if not ep.is_file():
+        raise RequestError("entry_point", f"{entry!r} does not exist in {request.source_dir}")
+    hps = request.hyperparameters
+    if not isinstance(hps, Mapping):
+        raise RequestError("HyperParameters", "must be a JSON object of strings")
+    for k, v in hps.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise RequestError(f"HyperParameters.{k}", f"value {v!r} is not a string",
+                               allowed="JSON-encoded strings, as the SDK sends them")
+        if len(k) > 256 or len(v) > 2500:
+            raise RequestError(f"HyperParameters.{k}", "longer than SageMaker allows",
+                               allowed="keys up to 256 and values up to 2500 characters")
+    if len(hps) > 100:
+        raise RequestError("HyperParameters", f"{len(hps)} entries; SageMaker allows at most 100")
+    seen: set[str] = set()
+    for ch in request.channels:
+        if not CHANNEL_NAME_RE.match(ch.name) or len(ch.name) > 64:
+            raise RequestError(f"InputDataConfig.{ch.name}", "invalid channel name",
+                               allowed="1-64 of letters, digits, '.', '-', '_'")
+        if ch.name in seen:
+            raise RequestError(f"InputDataConfig.{ch.name}", "channel given twice")
+        seen.add(ch.name)
+        if not ch.path.is_dir():
+            raise RequestError(f"InputDataConfig.{ch.name}", f"{ch.path} is not an existing folder")
+    if request.output_path.exists() and not request.output_path.is_dir():
+        raise RequestError("OutputDataConfig.S3OutputPath", f"{request.output_path} exists and is not a folder")
+    if request.job_dir.exists() and any(request.job_dir.iterdir()):
+        raise RequestError("TrainingJobName", f"a job named {request.job_name!r} already has results in "
+                           f"{request.job_dir}", allowed="a new job name (names are unique per account and region)")
+    mr = request.max_runtime_seconds
+    if not isinstance(mr, int) or isinstance(mr, bool) or not 1 <= mr <= MAX_RUNTIME_LIMIT:
+        raise RequestError("StoppingCondition.MaxRuntimeInSeconds", f"{mr!r} is out of range",
+                           allowed=f"1..{MAX_RUNTIME_LIMIT} seconds (28 days)")
+    if not request.checkpoint_local_path.startswith("/"):
+        raise RequestError("CheckpointConfig.LocalPath", f"{request.checkpoint_local_path!r} is not absolute")
+    if request.checkpoint_dir is not None and request.checkpoint_dir.exists() and not request.checkpoint_dir.is_dir():
+        raise RequestError("CheckpointConfig.S3Uri", f"{request.checkpoint_dir} exists and is not a folder")
+    for k, v in request.environment.items():
+        if not isinstance(k, str) or not ENV_NAME_RE.match(k):
+            raise RequestError(f"Environment.{k}", "invalid variable name", allowed="[a-zA-Z_][a-zA-Z0-9_]*")
+        if not isinstance(v, str):
+            raise RequestError(f"Environment.{k}", f"value {v!r} is not a string")
+    if len(request.environment) > 100:
+        raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
+    if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", request.region):
+        raise RequestError("region", f"{request.region!r} is not an AWS region name", allowed="e.g. us-west-2")
+    program = dist.decode(hps.get("sagemaker_program", json.dumps(entry)))
+    if program != entry:
+        raise RequestError("HyperParameters.sagemaker_program", f"{program!r} differs from entry_point {entry!r}")
