@@ -92,8 +92,24 @@ class Backend(Protocol):
     """Starts jobs. ``check()`` raises :class:`~emulator.errors.BackendUnavailable` with a hint."""
 
     name: str
+    #: Where the emulator's in-host folder (``emulator/inhost``: ``bin/`` and ``site/``) is seen
+    #: from inside a host.
+    inhost_root: str
 
     def check(self) -> None: ...
+
+    def base_env(self) -> dict[str, str]:
+        """The environment a host starts from before the platform's variables are added.
+
+        Process backend: this machine's environment without AWS credentials or launcher
+        variables. Docker backend: empty (the image's ``ENV`` applies).
+        """
+
+    def train_command(self) -> list[str]:
+        """The container command: what ``docker run IMAGE train`` runs in a DLC."""
+
+    def inhost_mounts(self) -> list[Mount]:
+        """Extra mounts every host needs for the in-host package (empty where not needed)."""
 
     def start(self, job: JobSpec) -> JobHandle:
         """Start every host of ``job``. On failure, undo the partial start, then raise."""

@@ -1,0 +1,25 @@
+"""Local emulator of multi-host Amazon SageMaker training clusters.
+
+``emulator.run(...)`` takes the keyword arguments of the SDK's ``PyTorch`` estimator and runs the
+job on hosts ``algo-1..N`` on this machine, each with the real ``/opt/ml`` tree and the real
+``sagemaker-training`` toolkit inside. Importing this package is cheap: no torch, no docker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .result import JobResult
+
+__all__ = ["run"]
+
+
+def run(*, backend: str = "process", stop_grace: float = 120.0, keep_hosts: bool = False,
+        echo: bool = True, **estimator_kwargs: Any) -> JobResult:
+    """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`."""
+    from .request import create
+    from .supervisor import run as run_job
+
+    return run_job(create(**estimator_kwargs), backend=backend, stop_grace=stop_grace,
+                   keep_hosts=keep_hosts, echo=echo)

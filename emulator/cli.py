@@ -1,0 +1,137 @@
+"""Command line: ``python -m emulator run|plan|reap|launch``.
+
+``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
+0 if and only if the job Completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import EmulatorError, RequestError
+from .instance_types import DEFAULT_INSTANCE_TYPE
+
+
+def _kv(values: Sequence[str], field: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise RequestError(field, f"{item!r} is not NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def _json(text: str | None, field: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise RequestError(field, f"not valid JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise RequestError(field, f"must be a JSON {'object' if kind is dict else kind.__name__}, "
+                           f"got {type(value).__name__}")
+    return value
+
+
+def _job_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--entry-point", required=True, help="the training script, relative to --source-dir")
+    p.add_argument("--source-dir", help="folder shipped as /opt/ml/code (default: the entry point's folder)")
+    p.add_argument("--hosts", type=int, default=1, help="instance count (algo-1..N)")
+    p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
+    p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs than the type has")
+    p.add_argument("--distribution", help='SDK distribution dict as JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'')
+    p.add_argument("--hyperparameters", help="JSON object of hyperparameters (plain values)")
+    p.add_argument("--channel", action="append", default=[], metavar="NAME=DIR")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--max-run", type=int, default=86_400, metavar="SECONDS")
+    p.add_argument("--job-name")
+    p.add_argument("--output-dir", default="./out", help="a folder per job goes here")
+    p.add_argument("--backend", default="process", choices=["process", "docker"])
+    p.add_argument("--image", help="docker backend: image to run (a DLC URI maps to the emulator's image)")
+    p.add_argument("--checkpoint-dir", help="local folder standing for checkpoint_s3_uri")
+    p.add_argument("--pytorchddp-encoding", choices=["smdistributed", "pytorch_ddp"], default="smdistributed",
+                   help="pytorchddp as SDK >=2.221.1 sends it (smdistributed) or as 2022's SDK did")
+    p.add_argument("--forward-aws-credentials", action="store_true",
+                   help="pass this machine's AWS credentials into the hosts (off by default)")
+
+
+def _request(args: argparse.Namespace) -> Any:
+    from . import request as rq
+
+    return rq.create(
+        entry_point=args.entry_point, source_dir=args.source_dir, instance_count=args.hosts,
+        instance_type=args.instance_type, gpus_per_host=args.gpus_per_host,
+        distribution=_json(args.distribution, "distribution", dict),
+        hyperparameters=_json(args.hyperparameters, "HyperParameters", dict),
+        channels=_kv(args.channel, "--channel"), environment=_kv(args.env, "--env"),
+        output_path=args.output_dir, max_run=args.max_run, job_name=args.job_name,
+        checkpoint_dir=args.checkpoint_dir, image_uri=args.image,
+        pytorchddp_encoding=args.pytorchddp_encoding,
+        forward_aws_credentials=args.forward_aws_credentials)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m emulator",
+                                description="Run SageMaker training jobs on emulated hosts algo-1..N.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a job; exit 0 iff it Completed")
+    _job_flags(run)
+    run.add_argument("--stop-grace", type=float, default=120.0,
+                     help="seconds between SIGTERM and SIGKILL when the job is stopped (SageMaker: 120)")
+    run.add_argument("--keep-hosts", action="store_true", help="keep each host's /opt/ml tree")
+    run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
+    plan = sub.add_parser("plan", help="print each host's files, environment and commands; start nothing")
+    _job_flags(plan)
+    sub.add_parser("reap", help="remove what emulator processes that are gone left behind")
+    launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
+    launch.add_argument("script")
+    launch.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from .supervisor import run
+
+            result = run(_request(args), backend=args.backend, stop_grace=args.stop_grace,
+                         keep_hosts=args.keep_hosts, echo=not args.quiet)
+            if args.quiet:
+                print(f"{result.job_name}: {result.status}" +
+                      (f" — {result.failure_reason}" if result.failure_reason else ""))
+            return 0 if result.ok else 1
+        if args.command == "plan":
+            from .backends import get_backend
+            from .supervisor import plan_for
+
+            job_plan = plan_for(_request(args), get_backend(args.backend))
+            json.dump(job_plan.to_dict(), sys.stdout, indent=2, default=str)
+            print()
+            return 0
+        if args.command == "reap":
+            from .reap import reap
+
+            for line in reap():
+                print(line)
+            return 0
+        if args.command == "launch":
+            from .sdk.launch import launch
+
+            return launch(args.script, args.args)
+    except RequestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EmulatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("interrupted: the job was stopped and its hosts torn down", file=sys.stderr)
+        return 130
+    return 0

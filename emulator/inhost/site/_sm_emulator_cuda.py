@@ -1,0 +1,352 @@
+"""CUDA on the CPU: make code written for GPU hosts run unchanged in an emulated host.
+
+Applied once, right after ``import torch`` finishes, when ``EMULATOR_GPU_COUNT`` > 0.
+
+Emulated (all work happens on the CPU):
+
+- ``torch.cuda.is_available()`` is True, ``device_count()`` is ``EMULATOR_GPU_COUNT``;
+  ``set_device``/``current_device``/``torch.cuda.device(i)``, ``get_device_name`` (
+  ``EMULATOR_GPU_MODEL``), ``get_device_properties``/``get_device_capability`` (from the model
+  name), ``is_bf16_supported``, ``is_initialized``/``init``.
+- Tensors and modules "moved to the GPU" stay on the CPU: ``Tensor.cuda()``, ``Module.cuda()``,
+  ``.to("cuda")``/``.to("cuda:1")``/``.to(torch.device("cuda", i))``, ``device=`` of the factory
+  functions (``torch.zeros``, ``torch.tensor``, ``*_like``, ``Tensor.new_*`` ...). A device index
+  at or beyond the emulated GPU count fails like CUDA does ("invalid device ordinal").
+- ``pin_memory()`` returns the tensor; ``torch.cuda.synchronize``/``empty_cache``/``ipc_collect``
+  do nothing; seeds and RNG states use the CPU generator; memory queries return 0.
+- ``DistributedDataParallel(model, device_ids=[local_rank])`` on a CPU model: the device ids are
+  dropped. ``torch.nn.DataParallel`` runs the wrapped module once, on the CPU.
+
+Not emulated (``RuntimeError("not emulated: <call>")``): streams, events, CUDA graphs,
+``torch.cuda.nccl``, ``torch.cuda.comm``. Not patched (fail as torch on a CPU build does):
+``torch.cuda.FloatTensor``-style legacy types, ``torch.Generator(device="cuda")``, custom CUDA
+kernels, anything in ``torch._C._cuda_*``. ``torch.device("cuda", i)`` objects themselves are
+left alone (they are plain values), only their use is mapped to the CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+from _sm_emulator_log import log_once
+
+_CAPABILITY_BY_MODEL = {
+    "H200": (9, 0),
+    "H100": (9, 0),
+    "A100": (8, 0),
+    "A10G": (8, 6),
+    "L40S": (8, 9),
+    "L4": (8, 9),
+    "V100": (7, 0),
+    "T4": (7, 5),
+    "K80": (3, 7),
+}
+
+_FACTORIES = (
+    "tensor", "as_tensor", "asarray", "zeros", "ones", "empty", "full", "rand", "randn",
+    "randint", "randperm", "arange", "range", "linspace", "logspace", "eye", "zeros_like",
+    "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
+    "empty_strided", "tril_indices", "triu_indices", "scalar_tensor", "sparse_coo_tensor",
+    "normal", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
+    "kaiser_window",
+)  # fmt: skip
+_TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
+
+_NOT_EMULATED_CLASSES = ("Stream", "ExternalStream", "Event", "CUDAGraph", "graph", "stream")
+_NOT_EMULATED_FUNCTIONS = (
+    "current_stream", "default_stream", "set_stream", "make_graphed_callables",
+    "graph_pool_handle", "caching_allocator_alloc", "caching_allocator_delete",
+)  # fmt: skip
+_NOT_EMULATED_MODULES = ("nccl", "comm")
+
+_ZERO_MEMORY = (
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_cached", "max_memory_cached", "device_memory_used",
+)  # fmt: skip
+_NO_OPS = (
+    "synchronize", "empty_cache", "ipc_collect", "init", "reset_peak_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_accumulated_memory_stats",
+    "set_per_process_memory_fraction", "set_sync_debug_mode",
+)  # fmt: skip
+
+
+def gpu_count() -> int:
+    """Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0)."""
+    try:
+        return max(0, int(os.environ.get("EMULATOR_GPU_COUNT", "0")))
+    except ValueError:
+        return 0
+
+
+def gpu_model() -> str:
+    """The emulated GPU's name (``EMULATOR_GPU_MODEL``)."""
+    return os.environ.get("EMULATOR_GPU_MODEL") or "NVIDIA Emulated GPU"
+
+
+def not_emulated(call: str) -> RuntimeError:
+    """The error every unsupported CUDA feature raises."""
+    return RuntimeError(
+        f"not emulated: {call} (sagemaker-cluster-emulator runs CUDA code on the CPU; "
+        "streams, events, graphs and NCCL calls have no CPU stand-in)"
+    )
+
+
+def _not_emulated_function(call: str) -> Callable[..., Any]:
+    def raiser(*args: Any, **kwargs: Any) -> Any:
+        raise not_emulated(call)
+
+    raiser.__name__ = call.rsplit(".", 1)[-1]
+    return raiser
+
+
+def _not_emulated_class(call: str) -> type:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise not_emulated(call)
+
+    return type(call.rsplit(".", 1)[-1], (), {"__init__": __init__, "__doc__": f"{call}: not emulated"})
+
+
+class _NotEmulatedModule(types.ModuleType):
+    """A module whose every attribute raises ``not emulated``."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise not_emulated(f"{self.__name__}.{name}")
+
+
+class _State:
+    current = 0
+
+
+def _index(device: Any) -> int | None:
+    """The CUDA index ``device`` names, or None if it does not name a CUDA device."""
+    import torch
+
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, str):
+        if not device.startswith("cuda"):
+            return None
+        device = torch.device(device)
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return _State.current if device.index is None else device.index
+    return None
+
+
+def _check(index: int) -> None:
+    if index < 0 or index >= gpu_count():
+        raise RuntimeError(
+            f"CUDA error: invalid device ordinal (emulated: this host has {gpu_count()} "
+            f"GPU(s), so valid indices are 0..{gpu_count() - 1}; asked for {index})"
+        )
+
+
+def map_device(device: Any, *, ints_are_cuda: bool = True) -> Any:
+    """``device`` with any CUDA device replaced by ``"cpu"`` (after checking its index)."""
+    if isinstance(device, int) and not ints_are_cuda:
+        return device
+    index = _index(device)
+    if index is None:
+        return device
+    _check(index)
+    log_once("cuda-tensors", "CUDA tensors and modules are kept on the CPU (emulated GPUs)")
+    return "cpu"
+
+
+def _with_device_kwarg(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("device") is not None:
+            kwargs["device"] = map_device(kwargs["device"])
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _patch_tensor(torch: Any) -> None:
+    tensor = torch.Tensor
+    original_to = tensor.to
+
+    @functools.wraps(original_to)
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool):
+            args = (map_device(args[0]), *args[1:])
+        if kwargs.get("device") is not None:
+            kwargs["device"] = map_device(kwargs["device"])
+        return original_to(self, *args, **kwargs)
+
+    def cuda(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        map_device(_State.current if device is None else device)
+        return original_to(self, "cpu", non_blocking=non_blocking, **kwargs)
+
+    def pin_memory(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self
+
+    tensor.to = to
+    tensor.cuda = cuda
+    tensor.pin_memory = pin_memory
+    for name in _TENSOR_NEW:
+        if hasattr(tensor, name):
+            setattr(tensor, name, _with_device_kwarg(getattr(tensor, name)))
+    for name in _FACTORIES:
+        if hasattr(torch, name):
+            setattr(torch, name, _with_device_kwarg(getattr(torch, name)))
+
+
+class _DeviceContext:
+    """Stand-in for ``torch.cuda.device(i)``: switches the current emulated device."""
+
+    def __init__(self, device: Any) -> None:
+        self.index = _index(device) if device is not None else None
+        self.previous = _State.current
+
+    def __enter__(self) -> _DeviceContext:
+        self.previous = _State.current
+        if self.index is not None and self.index >= 0:
+            _set_device(self.index)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _State.current = self.previous
+
+
+def _set_device(device: Any) -> None:
+    index = _index(device)
+    if index is None:
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+    if index < 0:
+        return
+    _check(index)
+    _State.current = index
+    log_once("set-device", f"torch.cuda.set_device({index}): emulated GPU {index} (runs on CPU)")
+
+
+def _announce() -> None:
+    log_once(
+        "cuda",
+        f"torch.cuda reports {gpu_count()} emulated {gpu_model()} GPU(s); CUDA work runs on the CPU",
+    )
+
+
+def _is_available() -> bool:
+    _announce()
+    return True
+
+
+def _device_count() -> int:
+    _announce()
+    return gpu_count()
+
+
+def _patch_torch_cuda(torch: Any) -> None:
+    cuda = torch.cuda
+    model = gpu_model()
+    capability = next((cap for key, cap in _CAPABILITY_BY_MODEL.items() if key in model), (8, 0))
+
+    def properties(device: Any = None) -> types.SimpleNamespace:
+        index = _State.current if device is None else _index(device)
+        _check(index if index is not None else -1)
+        return types.SimpleNamespace(
+            name=model, major=capability[0], minor=capability[1], total_memory=0,
+            multi_processor_count=0, is_integrated=False, is_multi_gpu_board=False,
+        )  # fmt: skip
+
+    def rng_state(device: Any = "cuda") -> Any:
+        return torch.get_rng_state()
+
+    def ignore(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    replacements: dict[str, Any] = {
+        "is_available": _is_available,
+        "device_count": _device_count,
+        "is_initialized": lambda: True,
+        "current_device": lambda: _State.current,
+        "set_device": _set_device,
+        "device": _DeviceContext,
+        "device_of": lambda tensor: _DeviceContext(None),
+        "get_device_name": lambda device=None: properties(device).name,
+        "get_device_properties": properties,
+        "get_device_capability": lambda device=None: (
+            properties(device).major,
+            properties(device).minor,
+        ),
+        "is_bf16_supported": lambda including_emulation=True: capability >= (8, 0),
+        "manual_seed": ignore,
+        "manual_seed_all": ignore,
+        "seed": ignore,
+        "seed_all": ignore,
+        "initial_seed": lambda: torch.initial_seed(),
+        "get_rng_state": rng_state,
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(gpu_count())],
+        "set_rng_state": ignore,
+        "set_rng_state_all": ignore,
+        "memory_stats": lambda device=None: {},
+        "memory_summary": lambda device=None, abbreviated=False: "",
+        "mem_get_info": lambda device=None: (0, 0),
+        "utilization": lambda device=None: 0,
+    }
+    replacements.update({name: (lambda device=None: 0) for name in _ZERO_MEMORY})
+    replacements.update({name: ignore for name in _NO_OPS})
+    replacements.update(
+        {name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES}
+    )
+    replacements.update(
+        {name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS}
+    )
+    for name, value in replacements.items():
+        setattr(cuda, name, value)
+    for name in _NOT_EMULATED_MODULES:
+        setattr(cuda, name, _NotEmulatedModule(f"torch.cuda.{name}"))
+    cuda.CUDAGraph = _not_emulated_class("torch.cuda.CUDAGraph")
+
+
+def _patch_parallel(torch: Any) -> None:
+    ddp_class = torch.nn.parallel.DistributedDataParallel
+    original_init = ddp_class.__init__
+
+    @functools.wraps(original_init)
+    def ddp_init(
+        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *a: Any, **k: Any
+    ) -> None:
+        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+        if on_cpu and (device_ids is not None or output_device is not None):
+            for device in device_ids or ():
+                map_device(device)
+            log_once(
+                "ddp-device-ids",
+                f"DistributedDataParallel(device_ids={device_ids!r}): the model is on the CPU "
+                "(emulated GPU), device_ids/output_device are dropped",
+            )
+            device_ids = output_device = None
+        original_init(self, module, device_ids, output_device, *a, **k)
+
+    ddp_class.__init__ = ddp_init
+
+    def dp_init(
+        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        self.module = module
+        self.device_ids = []
+        self.output_device = None
+        self.dim = dim
+        self.src_device_obj = torch.device("cpu")
+        log_once("data-parallel", "torch.nn.DataParallel runs the module once, on the CPU")
+
+    torch.nn.DataParallel.__init__ = dp_init
+
+
+def patch(torch: Any) -> None:
+    """Apply every CUDA-on-CPU patch to the freshly imported ``torch`` (idempotent)."""
+    if getattr(torch, "_sm_emulator_cuda", False) or gpu_count() == 0:
+        return
+    torch._sm_emulator_cuda = True
+    _patch_torch_cuda(torch)
+    _patch_tensor(torch)
+    _patch_parallel(torch)

@@ -1,0 +1,46 @@
+"""Lazy in-host patches, registered by ``sitecustomize`` when ``EMULATOR_INHOST=1``.
+
+Only post-import hooks are registered here: torch is patched when ``import torch`` finishes,
+Lightning's DDP strategies when their modules finish executing. A process that never imports
+torch or Lightning imports nothing beyond ``_sm_emulator_importhook``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+#: Lightning modules (2.x ``lightning``/``pytorch_lightning``/``lightning_fabric``, and 1.5's
+#: ``plugins.training_type``) whose DDP classes pick CUDA device ids.
+LIGHTNING_DDP_MODULES = (
+    "pytorch_lightning.strategies.ddp",
+    "pytorch_lightning.strategies.ddp_spawn",
+    "pytorch_lightning.plugins.training_type.ddp",
+    "pytorch_lightning.plugins.training_type.ddp_spawn",
+    "lightning.pytorch.strategies.ddp",
+    "lightning.fabric.strategies.ddp",
+    "lightning_fabric.strategies.ddp",
+)
+
+
+def _on_torch(module: ModuleType) -> None:
+    import _sm_emulator_torch
+
+    _sm_emulator_torch.patch_torch(module)
+
+
+def _on_lightning(module: ModuleType) -> None:
+    import _sm_emulator_lightning
+
+    _sm_emulator_lightning.patch_ddp_module(module)
+
+
+def install() -> None:
+    """Register the lazy patches."""
+    from _sm_emulator_importhook import when_imported
+
+    when_imported("torch", _on_torch)
+    for name in LIGHTNING_DDP_MODULES:
+        when_imported(name, _on_lightning)
+
+
+__all__ = ["install"]

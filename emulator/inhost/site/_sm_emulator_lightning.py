@@ -1,0 +1,50 @@
+"""Lightning patches (1.5 ``DDPPlugin``, 2.x ``DDPStrategy`` in ``lightning``/``pytorch_lightning``
+and Fabric).
+
+Everything else Lightning needs comes from the torch patches: ``accelerator="gpu"``/``gpus=N``
+work because ``torch.cuda`` reports the emulated GPUs, ``nccl`` runs on gloo, ``smddp`` is the
+stand-in backend. The one Lightning-specific change: DDP classes are told to use no CUDA device
+ids (``determine_ddp_device_ids`` returns None), because with device ids Lightning wraps DDP in a
+``torch.cuda.Stream`` (not emulated) and passes ``device_ids`` for a CPU model.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from _sm_emulator_log import log_once
+
+_METHODS = ("determine_ddp_device_ids", "_determine_ddp_device_ids")
+
+
+def _no_device_ids(original: Any) -> Any:
+    @functools.wraps(original)
+    def determine(self: Any, *args: Any, **kwargs: Any) -> None:
+        ids = original(self, *args, **kwargs)
+        if ids is not None:
+            log_once(
+                "lightning-ddp",
+                f"Lightning {type(self).__name__}: CUDA device ids {ids} -> None "
+                "(the model lives on the CPU)",
+            )
+        return None
+
+    determine._sm_emulator = True  # type: ignore[attr-defined]
+    return determine
+
+
+def patch_ddp_module(module: ModuleType) -> None:
+    """Patch every class defined in ``module`` that has a DDP device-id method."""
+    import _sm_emulator_cuda
+
+    if _sm_emulator_cuda.gpu_count() == 0:
+        return
+    for value in list(vars(module).values()):
+        if not isinstance(value, type) or value.__module__ != module.__name__:
+            continue
+        for name in _METHODS:
+            method = value.__dict__.get(name)
+            if callable(method) and not getattr(method, "_sm_emulator", False):
+                setattr(value, name, _no_device_ids(method))

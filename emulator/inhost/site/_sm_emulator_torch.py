@@ -1,0 +1,106 @@
+"""torch patches applied right after ``import torch`` finishes (never earlier).
+
+- CUDA on the CPU: see ``_sm_emulator_cuda`` (only when ``EMULATOR_GPU_COUNT`` > 0).
+- ``init_process_group("nccl")`` (also ``"cuda:nccl,cpu:gloo"`` forms) runs on gloo when the host
+  has emulated GPUs; with 0 GPUs nothing is translated and torch fails as on a CPU instance.
+  ``device_id=cuda:i`` and ``barrier(device_ids=...)`` are dropped for gloo groups.
+- ``"smddp"`` is *not* translated here: as on SageMaker, it exists once
+  ``smdistributed.dataparallel.torch.torch_smddp`` has been imported (our stand-in registers it).
+- Rank diagnostics (``EMULATOR_DIAG_DIR``): process-group and ``DistributedSampler`` records.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import _sm_emulator_cuda
+import _sm_emulator_diag
+from _sm_emulator_log import log_once
+
+
+def translate_backend(backend: Any) -> Any:
+    """``backend`` with NCCL replaced by gloo (CUDA devices are CPU processes here)."""
+    if backend is None:
+        return None
+    text = str(backend)
+    if "nccl" not in text.lower():
+        return backend
+    if ":" not in text:
+        return "gloo"
+    parts = []
+    for part in text.split(","):
+        device, _, name = part.partition(":")
+        parts.append(f"{device}:{'gloo' if name.strip().lower() == 'nccl' else name}")
+    return ",".join(dict.fromkeys(parts))
+
+
+def _patch_distributed(torch: Any) -> None:
+    dist = torch.distributed
+    if not dist.is_available() or getattr(dist, "_sm_emulator_patched", False):
+        return
+    dist._sm_emulator_patched = True
+    c10d = dist.distributed_c10d
+    emulate_gpus = _sm_emulator_cuda.gpu_count() > 0
+    original_init = c10d.init_process_group
+
+    @functools.wraps(original_init)
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        requested = backend
+        if emulate_gpus:
+            backend = translate_backend(backend)
+            if backend != requested:
+                log_once(
+                    "backend",
+                    f"process group backend {requested!r} runs on gloo (GPUs are emulated)",
+                )
+            device_id = kwargs.get("device_id")
+            if device_id is not None and _sm_emulator_cuda.map_device(device_id) == "cpu":
+                kwargs.pop("device_id")
+        if str(requested).lower() == "smddp" and "SMDDP" not in dist.Backend._plugins:
+            log_once(
+                "smddp-missing",
+                "backend 'smddp' is registered by `import "
+                "smdistributed.dataparallel.torch.torch_smddp` (as on SageMaker)",
+            )
+        result = original_init(backend, *args, **kwargs)
+        _sm_emulator_diag.record_process_group(dist, requested)
+        return result
+
+    c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+    original_barrier = c10d.barrier
+
+    @functools.wraps(original_barrier)
+    def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Any:
+        if device_ids is not None and emulate_gpus and c10d.get_backend(group) == "gloo":
+            log_once("barrier", f"barrier(device_ids={device_ids!r}) on gloo: device_ids dropped")
+            device_ids = None
+        return original_barrier(group=group, async_op=async_op, device_ids=device_ids)
+
+    c10d.barrier = barrier
+    dist.barrier = barrier
+
+
+def _patch_sampler(torch: Any) -> None:
+    if not _sm_emulator_diag.enabled():
+        return
+    sampler_class = torch.utils.data.distributed.DistributedSampler
+    original_init = sampler_class.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        _sm_emulator_diag.record_sampler(self, torch.distributed)
+
+    sampler_class.__init__ = __init__
+
+
+def patch_torch(torch: ModuleType) -> None:
+    """Called once ``torch`` has finished importing."""
+    _sm_emulator_cuda.patch(torch)
+    _patch_distributed(torch)
+    _patch_sampler(torch)
+

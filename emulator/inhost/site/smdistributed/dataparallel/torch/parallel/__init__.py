@@ -1,0 +1,1 @@
+"""Pre-1.4 SMDDP API: ``parallel.distributed.DistributedDataParallel``."""
