@@ -101,6 +101,7 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     logs = job_dir / "logs"
     logs.mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
+    (scratch / "owner").write_text(f"{os.getpid()}\n")
     diag_dir = scratch / "diagnostics"
     diag_dir.mkdir()
     handle: JobHandle | None = None
@@ -110,7 +111,7 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     first: tuple[str, int, float] | None = None
     interrupted = False
     try:
-        python, prepared = jobenv.prepare(request.source_dir, scratch, logs / "jobenv.log")
+        python, prepared = jobenv.prepare(request.source_dir, job_dir / "hosts", logs / "jobenv.log")
         job_plan = plan_for(request, be, python=python if be.name == "process" else None,
                             diag_dir=DIAG_TARGET)
         clock.enter("Downloading")

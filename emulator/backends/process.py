@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailable, EmulatorError
+from . import sshd
 from .base import HostSpec, JobSpec, Mount
 
 #: How long the agent may take to set up the job network and to start one host.
@@ -308,10 +309,11 @@ class ProcessBackend:
             env_file.write_text("")
         argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--unshare-uts", "--unshare-pid",
                 "--unshare-ipc", "--hostname", spec.name, "--die-with-parent", "--as-pid-1",
-                "--proc", "/proc", "--tmpfs", "/tmp", "--dev-bind", "/dev/shm", "/dev/shm",
-                "--tmpfs", "/dev/shm",
+                "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
                 "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
                 "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
+        for keep in _tmp_passthrough(spec):
+            argv += ["--dev-bind", keep, keep]
         if Path("/etc/environment").is_file():
             argv += ["--bind", str(env_file), "/etc/environment"]
         if not Path("/opt/ml").is_dir():
@@ -327,8 +329,29 @@ class ProcessBackend:
         aws = Path.home() / ".aws"
         if aws.exists() and spec.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
             argv += ["--tmpfs", str(aws)]
+        # Real sshd per host for the MPI family (root only; see emulator/backends/sshd.py).
+        argv += sshd.bwrap_args(job.scratch, env_home=spec.env.get("HOME"))
         argv += ["--chdir", spec.workdir, "--", *spec.command]
         return argv
+
+
+def _tmp_passthrough(spec: HostSpec) -> list[str]:
+    """Top-level ``/tmp/*`` folders the host needs although its ``/tmp`` is private: the
+    interpreter, its packages, and what ``PATH``/``PYTHONPATH`` name (e.g. a venv or a clone
+    that lives under ``/tmp``)."""
+    tmp = os.path.realpath("/tmp")
+    candidates = [*sys.path, sys.prefix, sys.base_prefix, spec.command[0] if spec.command else "",
+                  *spec.env.get("PATH", "").split(":"), *spec.env.get("PYTHONPATH", "").split(":")]
+    keep: set[str] = set()
+    for path in candidates:
+        if not path or not os.path.isabs(path):
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(tmp + "/"):
+            top = os.path.join(tmp, real[len(tmp) + 1:].split("/")[0])
+            if os.path.exists(top):
+                keep.add(top)
+    return sorted(keep)
 
 
 import atexit  # noqa: E402
