@@ -45,7 +45,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=1, help="instance count (algo-1..N)")
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
     p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs than the type has")
-    p.add_argument("--distribution", help='SDK distribution dict as JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'')
+    p.add_argument("--distribution",
+                   help='SDK distribution dict as JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'')
     p.add_argument("--hyperparameters", help="JSON object of hyperparameters (plain values)")
     p.add_argument("--channel", action="append", default=[], metavar="NAME=DIR")
     p.add_argument("--env", action="append", default=[], metavar="K=V")

@@ -111,7 +111,7 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     first: tuple[str, int, float] | None = None
     interrupted = False
     try:
-        python, prepared = jobenv.prepare(request.source_dir, job_dir / "hosts", logs / "jobenv.log")
+        python, _prepared = jobenv.prepare(request.source_dir, job_dir / "hosts", logs / "jobenv.log")
         job_plan = plan_for(request, be, python=python if be.name == "process" else None,
                             diag_dir=DIAG_TARGET)
         clock.enter("Downloading")

@@ -47,7 +47,7 @@ def start_host(cmd: dict[str, Any]) -> None:
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     argv = [a.replace("{INFO_FD}", str(info_w)).replace("{BLOCK_FD}", str(block_r)) for a in cmd["argv"]]
-    log = open(cmd["log"], "ab", buffering=0)
+    log = open(cmd["log"], "ab", buffering=0)  # noqa: SIM115 - closed right after the fork
     try:
         proc = subprocess.Popen(argv, env=cmd["env"], stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, pass_fds=(info_w, block_r))

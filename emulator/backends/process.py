@@ -243,7 +243,7 @@ class ProcessBackend:
                 "bubblewrap); install them or use --backend docker")
         if sys.platform != "linux":
             raise BackendUnavailable("the process backend needs Linux namespaces; use --backend docker")
-        probe = subprocess.run(self._unshare_prefix() + ["true"], capture_output=True, text=True, check=False)
+        probe = subprocess.run([*self._unshare_prefix(), "true"], capture_output=True, text=True, check=False)
         if probe.returncode != 0:
             raise BackendUnavailable(
                 "this machine does not allow the namespaces the process backend needs "
