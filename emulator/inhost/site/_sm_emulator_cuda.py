@@ -229,7 +229,7 @@ def _set_device(device: Any) -> None:
 def _announce() -> None:
     log_once(
         "cuda",
-        f"torch.cuda reports {gpu_count()} emulated {gpu_model()} GPU(s); CUDA work runs on the CPU",
+        f"torch.cuda reports {gpu_count()} emulated {gpu_model()} GPU(s); CUDA work runs on CPU",
     )
 
 
@@ -259,8 +259,13 @@ def _patch_torch_cuda(torch: Any) -> None:
     def rng_state(device: Any = "cuda") -> Any:
         return torch.get_rng_state()
 
-    def ignore(*args: Any, **kwargs: Any) -> None:
-        return None
+    def ignore(name: str) -> Callable[..., None]:
+        # A distinct function per name: torch._dynamo maps torch objects by identity.
+        def nothing(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        nothing.__name__ = name
+        return nothing
 
     replacements: dict[str, Any] = {
         "is_available": _is_available,
@@ -277,28 +282,24 @@ def _patch_torch_cuda(torch: Any) -> None:
             properties(device).minor,
         ),
         "is_bf16_supported": lambda including_emulation=True: capability >= (8, 0),
-        "manual_seed": ignore,
-        "manual_seed_all": ignore,
-        "seed": ignore,
-        "seed_all": ignore,
+        "manual_seed": ignore("manual_seed"),
+        "manual_seed_all": ignore("manual_seed_all"),
+        "seed": ignore("seed"),
+        "seed_all": ignore("seed_all"),
         "initial_seed": lambda: torch.initial_seed(),
         "get_rng_state": rng_state,
         "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(gpu_count())],
-        "set_rng_state": ignore,
-        "set_rng_state_all": ignore,
+        "set_rng_state": ignore("set_rng_state"),
+        "set_rng_state_all": ignore("set_rng_state_all"),
         "memory_stats": lambda device=None: {},
         "memory_summary": lambda device=None, abbreviated=False: "",
         "mem_get_info": lambda device=None: (0, 0),
         "utilization": lambda device=None: 0,
     }
     replacements.update({name: (lambda device=None: 0) for name in _ZERO_MEMORY})
-    replacements.update({name: ignore for name in _NO_OPS})
-    replacements.update(
-        {name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES}
-    )
-    replacements.update(
-        {name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS}
-    )
+    replacements.update({name: ignore(name) for name in _NO_OPS})
+    replacements.update({name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES})
+    replacements.update({name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS})
     for name, value in replacements.items():
         setattr(cuda, name, value)
     for name in _NOT_EMULATED_MODULES:
@@ -311,9 +312,7 @@ def _patch_parallel(torch: Any) -> None:
     original_init = ddp_class.__init__
 
     @functools.wraps(original_init)
-    def ddp_init(
-        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *a: Any, **k: Any
-    ) -> None:
+    def ddp_init(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *a: Any, **k: Any) -> None:
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
         if on_cpu and (device_ids is not None or output_device is not None):
             for device in device_ids or ():
@@ -328,9 +327,7 @@ def _patch_parallel(torch: Any) -> None:
 
     ddp_class.__init__ = ddp_init
 
-    def dp_init(
-        self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0
-    ) -> None:
+    def dp_init(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> None:
         torch.nn.Module.__init__(self)
         self.module = module
         self.device_ids = []

@@ -26,8 +26,7 @@ def _no_device_ids(original: Any) -> Any:
         if ids is not None:
             log_once(
                 "lightning-ddp",
-                f"Lightning {type(self).__name__}: CUDA device ids {ids} -> None "
-                "(the model lives on the CPU)",
+                f"Lightning {type(self).__name__}: CUDA device ids {ids} -> None (the model lives on the CPU)",
             )
         return None
 

@@ -103,4 +103,3 @@ def patch_torch(torch: ModuleType) -> None:
     _sm_emulator_cuda.patch(torch)
     _patch_distributed(torch)
     _patch_sampler(torch)
-
