@@ -9,6 +9,7 @@ The tree of ``algo-N`` lives in ``<job dir>/hosts/algo-N`` on this machine and i
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from .archives import safe_extract
@@ -18,6 +19,20 @@ from .plan import HostPlan, JobPlan
 
 def host_root(job_dir: Path, host: str) -> Path:
     return job_dir / "hosts" / host
+
+
+def _ignore_for(output_path: Path) -> Callable[[str, list[str]], set[str]]:
+    """Skip caches, VCS folders and the job output folder when it lies inside the source dir."""
+    skip = shutil.ignore_patterns("__pycache__", ".git")
+    out = output_path.resolve()
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        ignored = set(skip(folder, names))
+        base = Path(folder).resolve()
+        ignored |= {n for n in names if base / n == out}
+        return ignored
+
+    return ignore
 
 
 def write_host(plan: JobPlan, host: HostPlan, root: Path) -> list[Mount]:
@@ -34,8 +49,7 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> list[Mount]:
     if source.is_file():
         safe_extract(source, code)
     else:
-        shutil.copytree(source, code, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        shutil.copytree(source, code, dirs_exist_ok=True, ignore=_ignore_for(request.output_path))
     mounts = [Mount(c.path, f"/opt/ml/input/data/{c.name}", read_only=True) for c in request.channels]
     local = request.checkpoint_local_path.rstrip("/")
     if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
