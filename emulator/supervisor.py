@@ -50,6 +50,7 @@ MESSAGES = {
     "Stopping": "Stopping the training job",
     "Stopped": "Training job stopped",
     "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded",
+    "Interrupted": "Training job interrupted",
 }
 
 
@@ -86,120 +87,221 @@ def plan_for(request: JobRequest, backend: Backend, *, python: str | None = None
                           diag_dir=diag_dir, aws_credentials=dict(os.environ), extra_path=extra_path)
 
 
+@dataclass
+class _Attempt:
+    """How one start of the job's hosts ended."""
+
+    outcome: str  # Completed | Failed | Stopped | Interrupted
+    secondary: str
+    hosts: list[HostOutcome]
+    first: tuple[str, int, float] | None
+    runner: str
+    events: list[dict[str, Any]]
+    training_seconds: float
+
+
+class _JobRun:
+    """One job from request to result; a spot interruption makes it start its hosts again."""
+
+    def __init__(self, request: JobRequest, backend: Backend, *, stream: TextIO, echo: bool,
+                 stop_grace: float, keep_hosts: bool, faults: Sequence[Any]) -> None:
+        self.request = request
+        self.be = backend
+        self.stream = stream
+        self.echo = echo
+        self.stop_grace = stop_grace
+        self.keep_hosts = keep_hosts
+        self.faults = list(faults)
+        self.clock = _Clock([])
+        self.job_dir = request.job_dir
+        self.logs = self.job_dir / "logs"
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
+        (self.scratch / "owner").write_text(f"{os.getpid()}\n")
+        self.diag_dir = self.scratch / "diagnostics"
+        self.diag_dir.mkdir()
+        self.injector: Any = None
+        self.deadline = 0.0
+
+    # -- one attempt ------------------------------------------------------------------------
+    def attempt(self, number: int) -> _Attempt:
+        request, be = self.request, self.be
+        if number > 0:
+            self.clock.enter("Starting")
+            shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
+        python, _ready = jobenv.prepare(request.source_dir, self.job_dir / "hosts", self.logs / "jobenv.log")
+        job_plan = plan_for(request, be, python=python if be.name == "process" else None, diag_dir=DIAG_TARGET)
+        self.clock.enter("Downloading")
+        trees = materialise.write_all(job_plan, self.job_dir)
+        log_paths = {h.name: self.logs / f"{h.name}.log" for h in job_plan.hosts}
+        for p in log_paths.values():
+            p.touch()
+        specs = [HostSpec(name=h.name, address=h.address, opt_ml=trees[h.name][0], env=h.env,
+                          command=h.command, workdir="/opt/ml/code", hosts_file=job_plan.hosts_file,
+                          log_path=log_paths[h.name],
+                          mounts=[*trees[h.name][1], *be.inhost_mounts(), Mount(self.diag_dir, DIAG_TARGET)],
+                          image=request.image_uri, labels={"sagemaker-emulator.job": request.job_name})
+                 for h in job_plan.hosts]
+        job_id = f"{request.job_name[:40]}-{uuid.uuid4().hex[:8]}"
+        handle: JobHandle | None = None
+        tailer = LogTailer(log_paths, stream=self.stream, echo=self.echo, sink=self._on_line).start()
+        exits: dict[str, tuple[int, float]] = {}
+        first: tuple[str, int, float] | None = None
+        events: list[dict[str, Any]] = []
+        outcome, secondary = "Failed", "Failed"
+        training_start = time.time()
+        try:
+            self.clock.enter("Training")
+            _say(self.stream, f"{request.job_name}: starting {len(specs)} host(s) on the {be.name} backend, "
+                 f"runner {job_plan.runner}", self.echo)
+            handle = be.start(JobSpec(job_id=job_id, hosts=specs, scratch=self.scratch / f"backend-{number}"))
+            self.injector = _make_injector(self.faults, handle, number)
+            while True:
+                now = time.time()
+                for name, host in handle.hosts.items():
+                    rc = host.poll()
+                    if rc is not None and name not in exits:
+                        exits[name] = (rc, now)
+                        if rc != 0 and first is None:
+                            first = (name, rc, now)
+                if first is not None:
+                    outcome, secondary = "Failed", "Failed"
+                    break
+                if len(exits) == len(specs):
+                    outcome, secondary = "Completed", "Completed"
+                    break
+                if self.injector is not None:
+                    events += [_event_dict(e) for e in self.injector.tick(now)]
+                    if self.injector.spot_requested():
+                        _say(self.stream, "spot interruption: stopping every host", self.echo)
+                        self.clock.enter("Interrupted", "Training job interrupted (emulated spot reclaim)")
+                        handle.teardown(self.stop_grace)
+                        outcome, secondary = "Interrupted", "Interrupted"
+                        break
+                if time.monotonic() >= self.deadline:
+                    self.clock.enter("Stopping")
+                    _say(self.stream, f"MaxRuntimeInSeconds ({request.max_runtime_seconds}) exceeded: "
+                         f"SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
+                    handle.teardown(self.stop_grace)
+                    outcome, secondary = "Stopped", "MaxRuntimeExceeded"
+                    break
+                time.sleep(POLL_INTERVAL)
+        finally:
+            if handle is not None:
+                handle.teardown(FAIL_FAST_GRACE)
+            tailer.stop()
+            self.injector = None
+        hosts = []
+        for h in job_plan.hosts:
+            rc = handle.hosts[h.name].poll() if handle is not None else None
+            failure = materialise.host_root(self.job_dir, h.name) / "output" / "failure"
+            hosts.append(HostOutcome(h.name, rc, log_paths[h.name], exits.get(h.name, (0, None))[1],
+                                     failure.read_text(errors="replace") if failure.exists() else None))
+        materialise.sync_checkpoints(job_plan, self.job_dir)
+        return _Attempt(outcome, secondary, hosts, first, job_plan.runner, events, time.time() - training_start)
+
+    def _on_line(self, host: str, line: str) -> None:
+        injector = self.injector
+        if injector is not None:
+            injector.on_line(host, line)
+
+    # -- the whole job ------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        request = self.request
+        created = time.time()
+        self.clock.enter("Starting")
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.deadline = time.monotonic() + request.max_runtime_seconds
+        attempts: list[_Attempt] = []
+        interrupted = False
+        try:
+            while True:
+                attempts.append(self.attempt(len(attempts)))
+                if attempts[-1].outcome != "Interrupted":
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+            self.clock.enter("Stopping")
+            attempts.append(_Attempt("Stopped", "Stopped", [], None, "", [], 0.0))
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            if not self.keep_hosts and not attempts:
+                shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
+        last = attempts[-1]
+        hosts = last.hosts or (attempts[-2].hosts if len(attempts) > 1 else [])
+        self.clock.enter("Uploading")
+        roots = [materialise.host_root(self.job_dir, h.name) for h in hosts]
+        out_dir = self.job_dir / "output"
+        model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
+        output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
+        failure_reason = _failure_reason(hosts, last.first) if last.outcome == "Failed" else None
+        diagnostics = _diagnostics(self.diag_dir) if self.diag_dir.exists() else []
+        warnings = _quirk_warnings(hosts, request)
+        self.clock.enter(last.secondary, MESSAGES.get(last.secondary))
+        self.clock.close()
+        end = time.time()
+        description = _describe(request, self.clock, created, end, last.outcome, last.secondary, failure_reason,
+                                model, hosts, last.first, diagnostics, self.be.name, last.runner or None)
+        description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
+        description["Emulator"].update({
+            "SpotInterruptions": sum(a.outcome == "Interrupted" for a in attempts),
+            "Faults": [e for a in attempts for e in a.events],
+            "Warnings": warnings,
+        })
+        write_description(self.job_dir / "job.json", description)
+        if not self.keep_hosts:
+            shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
+        result = JobResult(job_name=request.job_name, status=last.outcome, secondary_status=last.secondary,
+                           failure_reason=failure_reason, job_dir=self.job_dir, hosts=tuple(hosts),
+                           description=description, model_artifact=model, output_artifact=output,
+                           diagnostics=tuple(diagnostics), warnings=tuple(warnings),
+                           first_failure=last.first[0] if last.first else None)
+        _summary(result, self.stream, self.echo, last.first)
+        if interrupted:
+            raise KeyboardInterrupt
+        return result
+
+
 def run(request: JobRequest, *, backend: str | Backend = "process", stream: TextIO | None = None,
         echo: bool = True, stop_grace: float = SAGEMAKER_STOP_GRACE, keep_hosts: bool = False,
         faults: Sequence[Any] = ()) -> JobResult:
-    """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``."""
-    stream = stream or sys.stdout
+    """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``.
+
+    ``faults`` are :mod:`emulator.faults` values injected while the job runs. Raises
+    :class:`KeyboardInterrupt` after tearing everything down and writing ``job.json`` (Stopped)
+    when interrupted.
+    """
     be = get_backend(backend) if isinstance(backend, str) else backend
     be.check()
-    created = time.time()
-    clock = _Clock([])
-    clock.enter("Starting")
-    job_dir = request.job_dir
-    job_dir.mkdir(parents=True, exist_ok=True)
-    logs = job_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
-    (scratch / "owner").write_text(f"{os.getpid()}\n")
-    diag_dir = scratch / "diagnostics"
-    diag_dir.mkdir()
-    handle: JobHandle | None = None
-    tailer: LogTailer | None = None
-    outcome = "Failed"
-    secondary = "Failed"
-    first: tuple[str, int, float] | None = None
-    interrupted = False
+    return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
+                   keep_hosts=keep_hosts, faults=faults).run()
+
+
+def _make_injector(faults: Sequence[Any], handle: JobHandle, attempt: int) -> Any:
+    if not faults:
+        return None
+    from .faults import FaultInjector
+
+    # a spot fault fires once: the restarted job runs without it
+    active = [f for f in faults if attempt == 0 or type(f).__name__ != "Spot"]
+    return FaultInjector(active, handle, time.time()) if active else None
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    if isinstance(event, dict):
+        return event
+    if hasattr(event, "to_dict"):
+        return dict(event.to_dict())
+    return {"event": str(event)}
+
+
+def _quirk_warnings(hosts: Sequence[HostOutcome], request: JobRequest) -> list[str]:
     try:
-        python, _prepared = jobenv.prepare(request.source_dir, job_dir / "hosts", logs / "jobenv.log")
-        job_plan = plan_for(request, be, python=python if be.name == "process" else None,
-                            diag_dir=DIAG_TARGET)
-        clock.enter("Downloading")
-        trees = materialise.write_all(job_plan, job_dir)
-        log_paths = {h.name: logs / f"{h.name}.log" for h in job_plan.hosts}
-        for p in log_paths.values():
-            p.write_bytes(b"")
-        job_id = f"{request.job_name[:40]}-{uuid.uuid4().hex[:8]}"
-        specs = [HostSpec(name=h.name, address=h.address, opt_ml=trees[h.name][0], env=h.env,
-                          command=h.command, workdir="/opt/ml/code", hosts_file=job_plan.hosts_file,
-                          log_path=log_paths[h.name], mounts=[*trees[h.name][1], *be.inhost_mounts(),
-                                                      Mount(diag_dir, DIAG_TARGET)],
-                          image=request.image_uri,
-                          labels={"sagemaker-emulator.job": request.job_name})
-                 for h in job_plan.hosts]
-        tailer = LogTailer(log_paths, stream=stream, echo=echo).start()
-        clock.enter("Training")
-        _say(stream, f"{request.job_name}: starting {len(specs)} host(s) on the {be.name} backend, "
-             f"runner {job_plan.runner}", echo)
-        handle = be.start(JobSpec(job_id=job_id, hosts=specs, scratch=scratch / "backend"))
-        started = time.monotonic()
-        deadline = started + request.max_runtime_seconds
-        exits: dict[str, tuple[int, float]] = {}
-        while True:
-            for name, host in handle.hosts.items():
-                rc = host.poll()
-                if rc is not None and name not in exits:
-                    exits[name] = (rc, time.time())
-                    if rc != 0 and first is None:
-                        first = (name, rc, time.time())
-            if first is not None:
-                outcome, secondary = "Failed", "Failed"
-                break
-            if len(exits) == len(specs):
-                outcome, secondary = "Completed", "Completed"
-                break
-            if time.monotonic() >= deadline:
-                clock.enter("Stopping")
-                _say(stream, f"MaxRuntimeInSeconds ({request.max_runtime_seconds}) exceeded: "
-                     f"SIGTERM, then SIGKILL after {stop_grace:g} s", echo)
-                handle.teardown(stop_grace)
-                outcome, secondary = "Stopped", "MaxRuntimeExceeded"
-                break
-            time.sleep(POLL_INTERVAL)
-    except KeyboardInterrupt:
-        interrupted = True
-        clock.enter("Stopping")
-        outcome, secondary = "Stopped", "Stopped"
-    finally:
-        if handle is not None:
-            handle.teardown(FAIL_FAST_GRACE)
-        if tailer is not None:
-            tailer.stop()
-    hosts = []
-    if handle is not None:
-        for name, host in handle.hosts.items():
-            rc = host.poll()
-            failure_file = materialise.host_root(job_dir, name) / "output" / "failure"
-            hosts.append(HostOutcome(name, rc, job_dir / "logs" / f"{name}.log",
-                                     None, failure_file.read_text(errors="replace") if failure_file.exists() else None))
-    clock.enter("Uploading")
-    roots = [materialise.host_root(job_dir, h.name) for h in hosts]
-    out_dir = job_dir / "output"
-    model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
-    output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
-    if handle is not None:
-        materialise.sync_checkpoints(job_plan, job_dir)
-    failure_reason = None
-    if outcome == "Failed":
-        failure_reason = _failure_reason(hosts, first)
-    diagnostics = _diagnostics(diag_dir)
-    clock.enter(secondary, MESSAGES[secondary] if secondary != "MaxRuntimeExceeded" else None)
-    clock.close()
-    end = time.time()
-    description = _describe(request, clock, created, end, outcome, secondary, failure_reason, model,
-                            hosts, first, diagnostics, be.name, job_plan.runner if handle else None)
-    write_description(job_dir / "job.json", description)
-    if not keep_hosts:
-        shutil.rmtree(job_dir / "hosts", ignore_errors=True)
-    shutil.rmtree(scratch, ignore_errors=True)
-    result = JobResult(job_name=request.job_name, status=outcome, secondary_status=secondary,
-                       failure_reason=failure_reason, job_dir=job_dir, hosts=tuple(hosts),
-                       description=description, model_artifact=model, output_artifact=output,
-                       diagnostics=tuple(diagnostics), first_failure=first[0] if first else None)
-    _summary(result, stream, echo, first)
-    if interrupted:
-        raise KeyboardInterrupt
-    return result
+        from .quirks import detect
+    except ImportError:
+        return []
+    logs = {h.name: h.log.read_text(errors="replace") if h.log.exists() else "" for h in hosts}
+    return list(detect(logs, request.hyperparameters))
 
 
 def _say(stream: TextIO, text: str, echo: bool) -> None:
