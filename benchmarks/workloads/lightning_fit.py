@@ -1,0 +1,37 @@
+"""A tiny Lightning DDP fit (few steps); prints a timestamp as its very first line."""
+import os
+import socket
+import time
+
+print(f"BENCH_FIRST_LINE {time.time():.6f} {socket.gethostname()} {os.environ.get('RANK')}", flush=True)
+
+import torch  # noqa: E402
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    import pytorch_lightning as pl
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = torch.utils.data.TensorDataset(torch.randn(256, 32), torch.randint(0, 2, (256,)))
+local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+nodes = int(os.environ.get("WORLD_SIZE", "1")) // local
+trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=nodes, strategy="ddp",
+                     max_steps=int(os.environ.get("BENCH_STEPS", "10")), logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False)
+trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=16))
+print(f"BENCH_DONE {time.time():.6f} rank={trainer.global_rank} world={trainer.world_size}", flush=True)
