@@ -1,0 +1,265 @@
+"""A stand-in for boto3's SageMaker client, answering the training-job calls from the emulator.
+
+``create_training_job`` translates the request the SDK built and runs it on the emulator in a
+background thread (so ``fit(wait=False)`` returns at once, as on SageMaker);
+``describe_training_job`` answers in DescribeTrainingJob's shape with the request's own ``s3://``
+URIs; ``stop_training_job`` stops the job; ``list_tags`` returns the tags sent. A finished job is
+found again from another process through an index under the S3 folder, so ``Estimator.attach``
+works after the launcher that ran it has exited.
+
+Every other SageMaker API call raises :class:`NotImplementedError` naming the call: nothing is sent
+to AWS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import EmulatorError, RequestError
+from ..result import JobResult, iso
+from .s3 import INTERNAL, S3Store
+from .translate import Translated, from_create_training_job
+
+#: Fields of the CreateTrainingJob request that DescribeTrainingJob echoes back.
+ECHOED = ("TrainingJobName", "HyperParameters", "AlgorithmSpecification", "RoleArn", "InputDataConfig",
+          "OutputDataConfig", "ResourceConfig", "StoppingCondition", "CheckpointConfig", "Environment",
+          "VpcConfig", "EnableNetworkIsolation", "EnableInterContainerTrafficEncryption",
+          "EnableManagedSpotTraining", "DebugHookConfig", "DebugRuleConfigurations",
+          "TensorBoardOutputConfig", "ExperimentConfig", "ProfilerConfig", "ProfilerRuleConfigurations",
+          "RetryStrategy", "RemoteDebugConfig", "InfraCheckConfig")
+#: Members DescribeTrainingJob fills in when the request left them out.
+SERVICE_DEFAULTS: dict[str, dict[str, Any]] = {"OutputDataConfig": {"KmsKeyId": "", "CompressionType": "GZIP"},
+                    "ResourceConfig": {"VolumeSizeInGB": 30},
+                    "AlgorithmSpecification": {"TrainingInputMode": "File",
+                                               "EnableSageMakerMetricsTimeSeries": False}}
+FLAG_DEFAULTS = {"EnableNetworkIsolation": False, "EnableInterContainerTrafficEncryption": False,
+                 "EnableManagedSpotTraining": False}
+#: DescribeTrainingJob fields that boto3 returns as datetimes.
+TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
+
+
+def client_error(code: str, message: str, operation: str) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+@dataclass
+class EmulatedJob:
+    """One job this process started (or found on disk)."""
+
+    translated: Translated | None
+    job_dir: Path
+    created: float
+    thread: threading.Thread | None = None
+    result: JobResult | None = None
+    error: BaseException | None = None
+    stop_requested: bool = False
+    description: dict[str, Any] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+
+class EmulatorSageMakerClient:
+    """The subset of ``boto3.client("sagemaker")`` the SDK uses for training jobs."""
+
+    def __init__(self, store: S3Store, *, region: str, backend: str = "process",
+                 gpus_per_host: int | None = None, keep_hosts: bool = False,
+                 stop_grace: float = 120.0) -> None:
+        self.store = store
+        self.region = region
+        self.backend = backend
+        self.gpus_per_host = gpus_per_host
+        self.keep_hosts = keep_hosts
+        self.stop_grace = stop_grace
+        self.jobs: dict[str, EmulatedJob] = {}
+        self.on_start: list[Callable[[EmulatedJob], None]] = []
+
+    # index of jobs on disk, so attach() works from another process ---------------------------
+    def _index(self, name: str) -> Path:
+        return self.store.root / INTERNAL / "jobs" / f"{name}.json"
+
+    def _lookup(self, name: str) -> EmulatedJob | None:
+        if name in self.jobs:
+            return self.jobs[name]
+        index = self._index(name)
+        if not index.exists():
+            return None
+        entry = json.loads(index.read_text())
+        job = EmulatedJob(translated=None, job_dir=Path(entry["JobDir"]), created=entry["Created"])
+        job.description = entry.get("Request")
+        if (job.job_dir / "job.json").exists():
+            job.done.set()
+        self.jobs[name] = job
+        return job
+
+    # the API -----------------------------------------------------------------------------
+    def create_training_job(self, **create: Any) -> dict[str, Any]:
+        name = create.get("TrainingJobName", "")
+        if self._lookup(name) is not None:
+            raise client_error("ResourceInUse", "Training job names must be unique within an AWS account "
+                               "and region, and a training job with this name already exists "
+                               f"({self.arn(name)})", "CreateTrainingJob")
+        try:
+            translated = from_create_training_job(create, store=self.store, region=self.region,
+                                                  gpus_per_host=self.gpus_per_host)
+        except RequestError as exc:
+            raise client_error("ValidationException", str(exc), "CreateTrainingJob") from exc
+        request = translated.request
+        job = EmulatedJob(translated=translated, job_dir=request.job_dir, created=time.time())
+        self.jobs[name] = job
+        index = self._index(name)
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text(json.dumps({"JobDir": str(request.job_dir), "Created": job.created,
+                                     "Request": _jsonable(create)}, indent=1))
+        job.thread = threading.Thread(target=self._run, args=(job,), name=f"emulator-job-{name}",
+                                      daemon=False)
+        job.thread.start()
+        for hook in self.on_start:
+            hook(job)
+        return {"TrainingJobArn": self.arn(name)}
+
+    def _run(self, job: EmulatedJob) -> None:
+        from ..supervisor import run
+
+        assert job.translated is not None
+        try:
+            job.result = run(job.translated.request, backend=self.backend, echo=False,
+                             stop_grace=self.stop_grace, keep_hosts=self.keep_hosts)
+        except KeyboardInterrupt:  # stop_training_job: the supervisor tore down and wrote job.json
+            pass
+        except BaseException as exc:
+            job.error = exc
+        finally:
+            try:
+                self._publish(job)
+            finally:
+                for d in job.translated.temp_dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+                job.done.set()
+
+    def _publish(self, job: EmulatedJob) -> None:
+        """Put what the job wrote under an ``s3://`` location into moto too."""
+        assert job.translated is not None
+        out = job.job_dir / "output"
+        if out.is_dir() and str(job.job_dir).startswith(str(self.store.root)):
+            self.store.load(out)
+        ckpt = job.translated.request.checkpoint_dir
+        if job.translated.checkpoint_uri and ckpt is not None and ckpt.is_dir() and any(ckpt.iterdir()):
+            self.store.load(ckpt)
+
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]:
+        job = self._lookup(TrainingJobName)
+        if job is None:
+            raise client_error("ValidationException", f"Requested resource not found: training job "
+                               f"{TrainingJobName!r} does not exist", "DescribeTrainingJob")
+        create = job.translated.create_request if job.translated else (job.description or {})
+        desc: dict[str, Any]
+        if job.running:
+            desc = {"TrainingJobName": TrainingJobName, "TrainingJobArn": self.arn(TrainingJobName),
+                    "TrainingJobStatus": "Stopping" if job.stop_requested else "InProgress",
+                    "SecondaryStatus": "Stopping" if job.stop_requested else "Training",
+                    "CreationTime": iso(job.created), "LastModifiedTime": iso(time.time()),
+                    "ModelArtifacts": {}}
+        elif (job.job_dir / "job.json").exists():
+            desc = json.loads((job.job_dir / "job.json").read_text())
+        else:
+            desc = {"TrainingJobName": TrainingJobName, "TrainingJobArn": self.arn(TrainingJobName),
+                    "TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
+                    "CreationTime": iso(job.created), "LastModifiedTime": iso(time.time()),
+                    "FailureReason": f"InternalServerError: the emulator failed: {job.error!r}"}
+        return self._in_s3_terms(desc, create, job)
+
+    def _in_s3_terms(self, desc: dict[str, Any], create: dict[str, Any], job: EmulatedJob) -> dict[str, Any]:
+        out = dict(desc)
+        for key in ECHOED:
+            if key in create:
+                out[key] = create[key]
+        for key, defaults in SERVICE_DEFAULTS.items():
+            if isinstance(out.get(key), dict):
+                out[key] = {**dict(defaults), **out[key]}
+        for key, value in FLAG_DEFAULTS.items():
+            out.setdefault(key, value)
+        model = job.job_dir / "output" / "model.tar.gz"
+        output_uri = (create.get("OutputDataConfig") or {}).get("S3OutputPath", "")
+        if not job.running and model.exists() and output_uri:
+            out["ModelArtifacts"] = {"S3ModelArtifacts": f"{output_uri.rstrip('/')}/{desc['TrainingJobName']}"
+                                                         "/output/model.tar.gz"}
+        out["TrainingJobArn"] = self.arn(desc["TrainingJobName"])
+        for key in TIME_FIELDS:
+            if isinstance(out.get(key), str):
+                out[key] = datetime.fromisoformat(out[key])
+        for t in out.get("SecondaryStatusTransitions", []):
+            for key in ("StartTime", "EndTime"):
+                if isinstance(t.get(key), str):
+                    t[key] = datetime.fromisoformat(t[key])
+        return out
+
+    def stop_training_job(self, TrainingJobName: str) -> dict[str, Any]:
+        job = self._lookup(TrainingJobName)
+        if job is None:
+            raise client_error("ValidationException", f"training job {TrainingJobName!r} does not exist",
+                               "StopTrainingJob")
+        if not job.running:
+            status = self.describe_training_job(TrainingJobName)["TrainingJobStatus"]
+            raise client_error("ValidationException", "The request was rejected because the training "
+                               f"job is in status {status}.", "StopTrainingJob")
+        job.stop_requested = True
+        _interrupt(job.thread)
+        return {}
+
+    def list_tags(self, ResourceArn: str, **_: Any) -> dict[str, Any]:
+        name = ResourceArn.rsplit("/", 1)[-1]
+        for job_name, job in self.jobs.items():
+            if job_name.lower() == name:
+                create = job.translated.create_request if job.translated else (job.description or {})
+                return {"Tags": list(create.get("Tags") or [])}
+        return {"Tags": []}
+
+    def wait(self, name: str, timeout: float | None = None) -> EmulatedJob:
+        job = self._lookup(name)
+        if job is None:
+            raise EmulatorError(f"no emulated training job named {name!r}")
+        job.done.wait(timeout)
+        return job
+
+    def arn(self, name: str) -> str:
+        return f"arn:aws:sagemaker:{self.region}:{self.store_account}:training-job/{name.lower()}"
+
+    @property
+    def store_account(self) -> str:
+        from .s3 import ACCOUNT
+
+        return ACCOUNT
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def refuse(*_: Any, **__: Any) -> Any:
+            raise NotImplementedError(f"SageMaker API {name!r} is not emulated (only training jobs are); "
+                                      "nothing was sent to AWS")
+        return refuse
+
+
+def _interrupt(thread: threading.Thread | None) -> None:
+    """Raise KeyboardInterrupt in the job's thread: the supervisor then stops the hosts as on Ctrl-C."""
+    if thread is None or thread.ident is None or not thread.is_alive():
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,121 @@
+"""``python -m emulator launch launch.py [args]``: run an unmodified SDK v2 launcher on the emulator.
+
+Inside this process, before the script runs: ``sagemaker.Session`` (wherever the SDK bound it) is
+:class:`~emulator.sdk.session.EmulatorSession`, ``sagemaker.get_execution_role()`` returns a fixed
+role ARN, and every boto3 S3/STS/IAM call is answered by moto backed by the local S3 folder (any
+other AWS service is refused by moto: nothing leaves the machine). Then the script runs with
+``runpy.run_path`` as ``__main__`` with ``sys.argv = [script, *args]``.
+
+DLC ``image_uri`` values are accepted and recorded (``AlgorithmSpecification.TrainingImage``); the
+process backend runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
+becomes the command's exit code; an uncaught exception prints its traceback and gives 1.
+
+Environment: ``SAGEMAKER_EMULATOR_S3_DIR`` (S3 folder), ``SAGEMAKER_EMULATOR_BACKEND``
+(``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer GPUs per host).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+
+def _session_factory(original: type) -> type:
+    from .session import EmulatorSession
+
+    backend = os.environ.get("SAGEMAKER_EMULATOR_BACKEND", "process")
+    gpus = os.environ.get("SAGEMAKER_EMULATOR_GPUS_PER_HOST")
+
+    class LaunchSession(EmulatorSession):
+        """``sagemaker.Session`` as the launcher sees it."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.pop("sagemaker_client", None)
+            kwargs.setdefault("backend", backend)
+            if gpus:
+                kwargs.setdefault("gpus_per_host", int(gpus))
+            super().__init__(*args, **kwargs)
+
+    LaunchSession.__name__ = LaunchSession.__qualname__ = "Session"
+    return LaunchSession
+
+
+@contextmanager
+def redirected() -> Iterator[None]:
+    """Patch the SageMaker SDK in this process so the launcher talks to the emulator."""
+    import importlib
+
+    import sagemaker
+    import sagemaker.session
+
+    for mod in ("sagemaker.estimator", "sagemaker.pytorch", "sagemaker.pytorch.estimator",
+                "sagemaker.fw_utils", "sagemaker.s3", "sagemaker.inputs"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+    from . import session as emu_session
+
+    original = sagemaker.session.Session
+    patched = _session_factory(original)
+
+    def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
+        return emu_session.EMULATOR_ROLE
+
+    saved: list[tuple[Any, str, Any]] = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "sagemaker" or name.startswith("sagemaker.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original and module is not emu_session:
+                saved.append((module, attr, value))
+                setattr(module, attr, patched)
+            elif attr == "get_execution_role" and callable(value):
+                saved.append((module, attr, value))
+                setattr(module, attr, get_execution_role)
+    from .s3 import default_store
+
+    store = default_store()
+    try:
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+        store.flush()
+
+
+def launch(script: str, args: Sequence[str]) -> int:
+    """Run ``script`` with ``args`` against the emulator; return its exit code."""
+    if not os.path.isfile(script):
+        print(f"error: launcher script {script!r} does not exist", file=sys.stderr)
+        return 2
+    argv = sys.argv
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    sys.path.insert(0, script_dir)
+    try:
+        with redirected():
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.argv = argv
+        if sys.path and sys.path[0] == script_dir:
+            sys.path.pop(0)
+    return 0

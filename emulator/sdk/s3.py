@@ -1,0 +1,193 @@
+"""S3 for the emulator: moto's in-process S3, mirrored to a local folder that outlives the process.
+
+The SageMaker SDK talks to S3 through boto3 (``upload_data``, the ``sourcedir.tar.gz`` upload,
+``S3Downloader``). Those calls are answered by moto's S3 (``moto.mock_aws``, restricted to S3 and
+STS) — the emulator does not speak the S3 protocol itself. moto keeps objects in memory, so a
+folder is the durable copy: object ``s3://BUCKET/KEY`` is the file ``<root>/BUCKET/KEY``.
+
+* When the store opens, every file under the root is loaded into moto (eagerly; keep the root
+  small or point ``SAGEMAKER_EMULATOR_S3_DIR`` at a per-project folder).
+* Objects written through boto3 reach the folder when a training job is created (its inputs),
+  when the store is flushed or closed, and at interpreter exit.
+* Files the emulator writes (model and output archives, checkpoints) go to the folder first and
+  are then loaded into moto, so ``model_data`` is readable both through boto3 and as a file.
+
+Not emulated: versioning, deletes reaching the folder, object metadata, KMS, bucket policies,
+ACLs, multipart ETags on disk, and S3 access from *inside* the emulated hosts (they have no AWS).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+#: The default root of the S3 mirror.
+DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "s3"
+#: Services moto answers while the emulator's S3 is open; everything else is refused by moto.
+MOCKED_SERVICES = ["s3", "sts", "iam"]
+#: The account moto reports (``sts get-caller-identity``).
+ACCOUNT = "123456789012"
+#: Folders under the root that hold emulator bookkeeping rather than buckets.
+INTERNAL = ".emulator"
+
+_lock = threading.Lock()
+_mock: Any = None
+_users = 0
+
+
+def default_root() -> Path:
+    env = os.environ.get("SAGEMAKER_EMULATOR_S3_DIR")
+    return Path(env).expanduser().absolute() if env else DEFAULT_ROOT
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key`` → ``(bucket, key)``."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"{uri!r} is not an s3:// URI")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _start_mock() -> None:
+    global _mock, _users
+    with _lock:
+        if _users == 0:
+            from moto import mock_aws
+
+            _mock = mock_aws(config={"core": {"service_whitelist": MOCKED_SERVICES,
+                                              "mock_credentials": True, "passthrough": {}}})
+            _mock.start()
+        _users += 1
+
+
+def _stop_mock() -> None:
+    global _mock, _users
+    with _lock:
+        _users -= 1
+        if _users == 0 and _mock is not None:
+            _mock.stop()
+            _mock = None
+
+
+class S3Store:
+    """moto S3 in this process, backed by the folder ``root``."""
+
+    def __init__(self, root: Path | None = None, *, region: str = "us-west-2") -> None:
+        self.root = (root or default_root()).absolute()
+        self.region = region
+        self._etags: dict[tuple[str, str], str] = {}
+        self._open = False
+        self._client: Any = None
+
+    # lifecycle ---------------------------------------------------------------------------
+    def open(self) -> S3Store:
+        if self._open:
+            return self
+        _start_mock()
+        self._open = True
+        import boto3
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._client = boto3.session.Session(region_name=self.region).client("s3")
+        self._load_all()
+        atexit.register(self.close)
+        return self
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        try:
+            self.flush()
+        finally:
+            self._open = False
+            _stop_mock()
+            atexit.unregister(self.close)
+
+    @property
+    def client(self) -> Any:
+        if not self._open:
+            self.open()
+        return self._client
+
+    # folder → moto -----------------------------------------------------------------------
+    def _buckets(self) -> set[str]:
+        return {b["Name"] for b in self.client.list_buckets().get("Buckets", [])}
+
+    def ensure_bucket(self, bucket: str) -> None:
+        if bucket in self._buckets():
+            return
+        kwargs: dict[str, Any] = {"Bucket": bucket}
+        if self.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+        self.client.create_bucket(**kwargs)
+
+    def _load_all(self) -> None:
+        for bucket_dir in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            if bucket_dir.name.startswith("."):
+                continue
+            self.load(bucket_dir)
+
+    def load(self, path: Path) -> None:
+        """Put the file or folder ``path`` (under the root) into moto at its key."""
+        path = path.absolute()
+        rel = path.relative_to(self.root)
+        if not rel.parts:
+            raise ValueError("load a bucket folder or a path below it, not the root")
+        self.ensure_bucket(rel.parts[0])
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            parts = f.relative_to(self.root).parts
+            bucket, key = parts[0], "/".join(parts[1:])
+            data = f.read_bytes()
+            self.client.put_object(Bucket=bucket, Key=key, Body=data)
+            self._etags[(bucket, key)] = f'"{hashlib.md5(data).hexdigest()}"'
+
+    # moto → folder -----------------------------------------------------------------------
+    def local_path(self, uri: str) -> Path:
+        """Where ``s3://bucket/key`` lives in the folder."""
+        bucket, key = split_s3(uri)
+        return self.root.joinpath(bucket, *[p for p in key.split("/") if p])
+
+    def s3_uri(self, path: Path) -> str:
+        rel = path.absolute().relative_to(self.root)
+        return "s3://" + "/".join(rel.parts)
+
+    def save(self, uri: str) -> Path:
+        """Write every object under the prefix ``uri`` to the folder; return its local path."""
+        bucket, prefix = split_s3(uri)
+        if bucket in self._buckets():
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    key = obj["Key"]
+                    if key.endswith("/") or self._etags.get((bucket, key)) == obj["ETag"]:
+                        continue
+                    target = self.root.joinpath(bucket, *[p for p in key.split("/") if p])
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    body = self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    target.write_bytes(body)
+                    self._etags[(bucket, key)] = obj["ETag"]
+        return self.local_path(uri)
+
+    def flush(self) -> None:
+        """Write every bucket moto holds to the folder."""
+        if not self._open:
+            return
+        for bucket in self._buckets():
+            self.save(f"s3://{bucket}/")
+
+
+_default: S3Store | None = None
+
+
+def default_store(region: str = "us-west-2") -> S3Store:
+    """The process-wide store over :func:`default_root` (opened on first use)."""
+    global _default
+    if _default is None or _default.root != default_root():
+        _default = S3Store(default_root(), region=region)
+    return _default.open()

@@ -1,0 +1,178 @@
+"""CreateTrainingJob request (as the SageMaker SDK builds it) → :class:`~emulator.request.JobRequest`.
+
+What is carried over exactly: the job name, the hyperparameters (every key as sent, including
+``sagemaker_*``; ``sagemaker_submit_directory`` keeps its ``s3://`` value — the toolkit finds the
+code already in ``/opt/ml/code`` and never fetches it), the resource config (type and count, or
+instance groups), the channels (``S3DataSource`` and ``FileDataSource``), the output path, the
+stopping condition, the checkpoint config, the environment and the training image (recorded).
+
+``s3://`` locations are mapped to the local S3 folder of :class:`~emulator.sdk.s3.S3Store`;
+``file://`` locations are used in place. Refused with a :class:`~emulator.errors.RequestError`:
+channels that are neither (``FileSystemDataSource``), ``Pipe``/``FastFile`` input modes' semantics
+(accepted, run as ``File``), and a request without ``sagemaker_program``.
+
+Ignored (accepted, not emulated): ``RoleArn``, ``VpcConfig``, ``EnableNetworkIsolation``,
+``EnableInterContainerTrafficEncryption``, managed spot (``EnableManagedSpotTraining``,
+``MaxWaitTimeInSeconds``), ``RetryStrategy``, Debugger/Profiler/TensorBoard configs,
+``MetricDefinitions``, ``Tags``, ``ExperimentConfig``, ``OutputDataConfig.KmsKeyId`` and
+``CompressionType``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .. import distribution as dist
+from ..archives import safe_extract
+from ..errors import RequestError
+from ..request import (
+    CHECKPOINT_DEFAULT,
+    HOMOGENEOUS_GROUP,
+    MAX_RUNTIME_DEFAULT,
+    Channel,
+    InstanceGroup,
+    JobRequest,
+    validate,
+)
+from .s3 import S3Store
+
+
+@dataclass
+class Translated:
+    """The request to run, plus what the session needs to report in S3 terms afterwards."""
+
+    request: JobRequest
+    create_request: dict[str, Any]
+    output_uri: str
+    checkpoint_uri: str | None = None
+    temp_dirs: list[Path] = field(default_factory=list)
+
+
+def _where(uri: str, field_name: str, store: S3Store | None) -> Path:
+    """A local path for an ``s3://`` (via the store) or ``file://`` URI."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme == "s3":
+        if store is None:
+            raise RequestError(field_name, f"{uri!r}: s3:// needs the emulator's S3 store")
+        return store.save(uri)
+    if not parsed.scheme and uri.startswith("/"):
+        return Path(uri)
+    raise RequestError(field_name, f"unsupported location {uri!r}", allowed="s3:// or file:// URIs")
+
+
+def _source(hps: Mapping[str, str], store: S3Store | None, temp: list[Path]) -> tuple[Path, str]:
+    if "sagemaker_program" not in hps:
+        raise RequestError("HyperParameters.sagemaker_program", "missing; the emulator runs a script "
+                           "entry point", allowed="an estimator with entry_point=")
+    entry = str(dist.decode(hps["sagemaker_program"]))
+    submit = hps.get("sagemaker_submit_directory")
+    if submit is None:
+        raise RequestError("HyperParameters.sagemaker_submit_directory", "missing")
+    location = str(dist.decode(submit))
+    local = _where(location, "HyperParameters.sagemaker_submit_directory", store)
+    if local.is_dir():
+        return local, entry
+    if not local.is_file():
+        raise RequestError("HyperParameters.sagemaker_submit_directory", f"{location} does not exist")
+    code = Path(tempfile.mkdtemp(prefix="sm-emulator-sourcedir-"))
+    temp.append(code)
+    safe_extract(local, code)
+    return code, entry
+
+
+def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path]) -> Channel:
+    name = spec.get("ChannelName", "")
+    where = f"InputDataConfig.{name}"
+    source = spec.get("DataSource", {})
+    dist_type = "FullyReplicated"
+    if "S3DataSource" in source:
+        s3 = source["S3DataSource"]
+        uri = s3["S3Uri"]
+        dist_type = s3.get("S3DataDistributionType", "FullyReplicated")
+        if s3.get("S3DataType", "S3Prefix") != "S3Prefix":
+            raise RequestError(f"{where}.S3DataType", f"{s3['S3DataType']!r} is not emulated",
+                               allowed="S3Prefix")
+        path = _where(uri, where, store)
+        if path.is_file():  # a prefix naming one object: the channel holds that file
+            folder = Path(tempfile.mkdtemp(prefix=f"sm-emulator-channel-{name}-"))
+            temp.append(folder)
+            (folder / path.name).symlink_to(path)
+            path = folder
+        elif not path.exists():
+            path.mkdir(parents=True)  # an empty prefix is an empty channel
+    elif "FileDataSource" in source:
+        path = _where(source["FileDataSource"]["FileUri"], where, store)
+    else:
+        raise RequestError(f"{where}.DataSource", f"{sorted(source)} is not emulated",
+                           allowed="S3DataSource or FileDataSource")
+    if dist_type not in ("FullyReplicated", "ShardedByS3Key"):
+        raise RequestError(f"{where}.S3DataDistributionType", f"{dist_type!r}")
+    return Channel(name=name, path=path, content_type=spec.get("ContentType"),
+                   s3_distribution_type=dist_type)  # type: ignore[arg-type]
+
+
+def _validate(request: JobRequest) -> None:
+    """``validate``, except that files the SDK itself put under ``<output>/<job>/`` before the job
+    (``source/sourcedir.tar.gz``, ``debug-output``, ``profiler-output``) are not "results"."""
+    if (request.job_dir / "job.json").exists():
+        raise RequestError("TrainingJobName", f"a job named {request.job_name!r} already exists "
+                           f"({request.job_dir / 'job.json'})", allowed="a new job name")
+    if request.job_dir.is_dir():
+        with tempfile.TemporaryDirectory(prefix="sm-emulator-validate-") as empty:
+            validate(replace(request, output_path=Path(empty)))
+    else:
+        validate(request)
+
+
+def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None = None,
+                             region: str = "us-west-2", gpus_per_host: int | None = None,
+                             forward_aws_credentials: bool = False) -> Translated:
+    """Translate a CreateTrainingJob request dict and validate the result."""
+    temp: list[Path] = []
+    hps = dict(create.get("HyperParameters") or {})
+    source, entry = _source(hps, store, temp)
+    rc = create.get("ResourceConfig") or {}
+    if rc.get("InstanceGroups"):
+        groups = tuple(InstanceGroup(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
+                       for g in rc["InstanceGroups"])
+        hetero = True
+    else:
+        groups = (InstanceGroup(HOMOGENEOUS_GROUP, rc.get("InstanceType", ""), rc.get("InstanceCount", 0)),)
+        hetero = False
+    output_uri = (create.get("OutputDataConfig") or {}).get("S3OutputPath", "")
+    output = _where(output_uri, "OutputDataConfig.S3OutputPath", store)
+    if urlparse(output_uri).scheme == "s3" and store is not None:
+        output = store.local_path(output_uri)
+    ckpt = create.get("CheckpointConfig") or {}
+    ckpt_uri = ckpt.get("S3Uri")
+    ckpt_dir = _where(ckpt_uri, "CheckpointConfig.S3Uri", store) if ckpt_uri else None
+    algo = create.get("AlgorithmSpecification") or {}
+    stopping = create.get("StoppingCondition") or {}
+    request = JobRequest(
+        job_name=create.get("TrainingJobName", ""),
+        entry_point=entry,
+        source_dir=source,
+        hyperparameters=hps,
+        instance_groups=groups,
+        output_path=output,
+        channels=tuple(_channel(c, store, temp) for c in create.get("InputDataConfig") or []),
+        gpus_per_host=gpus_per_host,
+        max_runtime_seconds=stopping.get("MaxRuntimeInSeconds", MAX_RUNTIME_DEFAULT),
+        checkpoint_local_path=ckpt.get("LocalPath") or CHECKPOINT_DEFAULT,
+        checkpoint_dir=ckpt_dir,
+        environment=dict(create.get("Environment") or {}),
+        region=region,
+        image_uri=algo.get("TrainingImage"),
+        forward_aws_credentials=forward_aws_credentials,
+        heterogeneous=hetero,
+    )
+    _validate(request)
+    return Translated(request=request, create_request=dict(create), output_uri=output_uri,
+                      checkpoint_uri=ckpt_uri, temp_dirs=temp)
