@@ -129,10 +129,32 @@ def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str], input_conf
     return {f"SM_{k.upper()}": env_value(v) for k, v in env.items()}
 
 
+#: Instance types for which the pinned toolkit adds EFA variables to ``mpirun`` (a fact of
+#: sagemaker-training 5.1.4, ``SM_EFA_NCCL_INSTANCES`` / ``SM_EFA_RDMA_INSTANCES``).
+EFA_NCCL_INSTANCES = frozenset({
+    "ml.g4dn.8xlarge", "ml.g4dn.12xlarge", "ml.g5.48xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge",
+    "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.trn1.32xlarge",
+    "ml.p6e-gb200.36xlarge",
+})
+EFA_RDMA_INSTANCES = frozenset({
+    "ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.trn1.32xlarge",
+    "ml.p6e-gb200.36xlarge",
+})
+#: Stands for the path of the toolkit's ``gethostname`` extension, which depends on the
+#: interpreter inside the host (``<site-packages>/gethostname.cpython-*.so``).
+GETHOSTNAME_SO = "<site-packages>/gethostname.so"
+CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+SMDATAPARALLEL_SERVER_PORT = "7592"
+
+
 def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Mapping[str, str], *,
-                     num_gpus: int, python: str) -> list[str] | None:
+                     num_gpus: int, python: str, input_config: Mapping[str, Any] | None = None,
+                     credentials: Sequence[str] = (), smddprun: bool = True,
+                     gethostname_so: str = GETHOSTNAME_SO) -> list[str] | None:
     """The command the toolkit's runner will start on this host; None where it starts none
-    (MPI-family workers, which wait for ``orted``)."""
+    (MPI-family workers, which wait for ``orted``). For the MPI family see
+    :func:`mpirun_command` (``input_config`` names the ``SM_CHANNEL_*`` variables MPI exports;
+    ``credentials`` the AWS credential variables set in the host)."""
     user, framework = split_hyperparameters(hyperparameters)
     entry = str(decode(hyperparameters.get("sagemaker_program", '""')))
     args = cmd_args(user)
@@ -149,20 +171,96 @@ def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Map
         hosts = distribution_hosts(rc, framework) or [current]
         if current != hosts[0]:
             return None
-        return mpirun_command(runner, hosts, framework, rc, pph=pph, entry=entry, args=args)
+        names = list(sm_env(rc, hyperparameters, input_config or {}, num_gpus=num_gpus, num_cpus=1))
+        return mpirun_command(runner, hosts, framework, rc, pph=pph, entry=entry, args=args,
+                              python=python, sm_names=names, credentials=credentials,
+                              smddprun=smddprun, gethostname_so=gethostname_so)
     if entry.endswith(".sh") or not entry.endswith(".py"):
         return ["/bin/sh", "-c", f"./{entry} {' '.join(args)}".strip()]
     return [python, "--", entry, *args]
 
 
-def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str, Any],
-                   rc: Mapping[str, Any], *, pph: int, entry: str, args: Sequence[str]) -> list[str]:
-    """The head of the MPI-family ``mpirun`` command (placement and rank program).
+def _custom_mpi_options(text: str) -> tuple[str, list[str]]:
+    """(NCCL_DEBUG, other tokens): ``--NCCL_DEBUG X`` / ``--NCCL_DEBUG=X`` override the default
+    ``INFO``; every other token is kept in order (argparse abbreviations are not modelled)."""
+    tokens, rest, debug = text.split(), [], "INFO"
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--NCCL_DEBUG" and i + 1 < len(tokens):
+            debug, i = tokens[i + 1], i + 2
+            continue
+        if tok.startswith("--NCCL_DEBUG="):
+            debug = tok.split("=", 1)[1]
+        else:
+            rest.append(tok)
+        i += 1
+    return debug, rest
 
-    Only the parts that decide placement and the rank program are predicted here; the full argv
-    (every ``-x``/``-mca``) is whatever the real toolkit logs in ``algo-1``'s log.
+
+def _x(*pairs: str) -> list[str]:
+    return [a for p in pairs for a in ("-x", p)]
+
+
+def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str, Any],
+                   rc: Mapping[str, Any], *, pph: int, entry: str, args: Sequence[str],
+                   python: str = "python", sm_names: Sequence[str] = (),
+                   credentials: Sequence[str] = (), smddprun: bool = True,
+                   gethostname_so: str = GETHOSTNAME_SO) -> list[str]:
+    """The full ``mpirun`` argv the pinned toolkit's MPI runner (``runner == "mpi"``) or
+    SMDataParallel runner (``"smdataparallel"``, also used for ``pytorchddp``) builds on the master.
+
+    ``sm_names`` are the ``SM_*`` names in the toolkit's emission order (without
+    ``SM_TRAINING_ENV``, which is placed as the toolkit places it); the MPI runner exports each
+    with ``-x``. ``smddprun``: whether ``which smddprun`` succeeds in the host (the emulator's
+    stand-in is always on ``PATH``). Not modelled: model parallelism (``smddpmprun``, extra NCCL
+    variables) and PYTHON_PACKAGE/shell entry points (predicted as a ``.py`` script).
     """
-    host_list = list(hosts) if pph == 1 else [f"{h}:{pph}" for h in hosts]
-    nprocs = framework.get("sagemaker_mpi_num_processes") or pph * len(hosts)
-    return ["mpirun", "--host", ",".join(host_list), "-np", str(nprocs), "...",
-            "python", "-m", "mpi4py", entry, *args]
+    instance_type = str(framework.get("sagemaker_instance_type") or rc.get("current_instance_type"))
+    iface = str(rc.get("network_interface_name", "eth0"))
+    rank_program = [python, "-m", "mpi4py", entry, *args]
+    if runner == "mpi":
+        debug, extra = _custom_mpi_options(str(framework.get("sagemaker_mpi_custom_mpi_options", "")))
+        host_list = list(hosts) if pph == 1 else [f"{h}:{pph}" for h in hosts]
+        nprocs = framework.get("sagemaker_mpi_num_processes") or pph * len(hosts)
+        cmd = ["mpirun", "--host", ",".join(host_list), "-np", str(nprocs), "--allow-run-as-root",
+               "--display-map", "--tag-output", "-mca", "btl_tcp_if_include", iface,
+               "-mca", "oob_tcp_if_include", iface, "-mca", "plm_rsh_no_tree_spawn", "1",
+               "-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+               "-mca", "orte_abort_on_non_zero_status", "1",
+               "-mca", "btl_vader_single_copy_mechanism", "none",
+               *_x("NCCL_MIN_NRINGS=4", f"NCCL_SOCKET_IFNAME={iface}", f"NCCL_DEBUG={debug}",
+                   "LD_LIBRARY_PATH", "PATH", f"LD_PRELOAD={gethostname_so}"), *extra]
+        if instance_type in EFA_NCCL_INSTANCES:
+            cmd += _x("FI_PROVIDER=efa", "NCCL_PROTO=simple")
+        if instance_type in EFA_RDMA_INSTANCES:
+            cmd += _x("FI_EFA_USE_DEVICE_RDMA=1")
+        cmd += _x(*[c for c in CREDENTIAL_NAMES if c in credentials])
+        names = list(sm_names)
+        if "SM_TRAINING_ENV" not in names:
+            at = names.index("SM_MODULE_DIR") + 1 if "SM_MODULE_DIR" in names else len(names)
+            names.insert(at, "SM_TRAINING_ENV")
+        return [*cmd, *_x(*names, "PYTHONPATH"), *rank_program]
+    debug, extra = _custom_mpi_options(
+        str(framework.get("sagemaker_distributed_dataparallel_custom_mpi_options", "")))
+    multi = len(hosts) > 1
+    host_list = [f"{h}:{pph}" for h in hosts] if multi else list(hosts)
+    cmd = ["mpirun", "--host", ",".join(host_list), "-np", str(pph * len(hosts)),
+           "--allow-run-as-root", "--tag-output", "--oversubscribe",
+           "-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface,
+           "-mca", "plm_rsh_no_tree_spawn", "1", "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+           "-mca", "orte_abort_on_non_zero_status", "1",
+           "-mca", "btl_vader_single_copy_mechanism", "none",
+           "-mca", "plm_rsh_num_concurrent", str(len(hosts)),
+           *_x(f"NCCL_SOCKET_IFNAME={iface}", f"NCCL_DEBUG={debug}", "LD_LIBRARY_PATH", "PATH",
+               "SMDATAPARALLEL_USE_HOMOGENEOUS=1" if multi else "SMDATAPARALLEL_USE_SINGLENODE=1",
+               "FI_PROVIDER=efa", "RDMAV_FORK_SAFE=1", f"LD_PRELOAD={gethostname_so}"), *extra]
+    if instance_type in EFA_NCCL_INSTANCES:
+        cmd += _x("NCCL_PROTO=simple")
+    if instance_type in EFA_RDMA_INSTANCES:
+        cmd += _x("FI_EFA_USE_DEVICE_RDMA=1")
+    if multi:
+        cmd += _x(f"SMDATAPARALLEL_SERVER_ADDR={hosts[0]}",
+                  f"SMDATAPARALLEL_SERVER_PORT={SMDATAPARALLEL_SERVER_PORT}",
+                  f"SAGEMAKER_INSTANCE_TYPE={instance_type}")
+    return [*cmd, *(["smddprun"] if smddprun else []), *rank_program]

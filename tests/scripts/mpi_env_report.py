@@ -17,7 +17,8 @@ import socket
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="mpi")
-    args = parser.parse_args()
+    parser.add_argument("--msg", default="")
+    args, _ = parser.parse_known_args()
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     if args.mode == "mpi":

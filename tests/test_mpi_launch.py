@@ -1,0 +1,211 @@
+"""The MPI family (``mpi``, ``smdistributed.dataparallel``, ``pytorchddp``) launched by the REAL
+toolkit on the process backend: sshd in every host, ``mpirun`` over ssh from algo-1, ``orted`` on
+the workers, the toolkit's status files and sleeps. Root only (sshd cannot run in an unprivileged
+user namespace); the prediction and ssh-material tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emulator
+from emulator import request as rq
+from emulator import toolkit_model as tk
+from emulator.backends import get_backend, sshd
+from emulator.result import JobResult
+from emulator.supervisor import plan_for
+
+SCRIPTS = Path(__file__).parent / "scripts"
+MSG = "hello world; a=b \"q\""
+BASE = dict(entry_point="mpi_env_report.py", source_dir=SCRIPTS, instance_count=2,
+            instance_type="ml.p4d.24xlarge", gpus_per_host=2)
+JOBS: dict[str, dict[str, Any]] = {
+    "mpi": dict(distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+                hyperparameters={"mode": "mpi", "msg": MSG}),
+    "smddp": dict(distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+                  hyperparameters={"mode": "smddp", "msg": MSG}),
+    "pytorchddp": dict(distribution={"pytorchddp": {"enabled": True}},
+                       hyperparameters={"mode": "ddp", "msg": MSG}),
+}
+#: The toolkit's fixed sleeps (worker after orted exits; master after writing status files).
+TOOLKIT_SLEEP = 30.0
+
+
+def _mpi4py_ok() -> bool:
+    return importlib.util.find_spec("mpi4py") is not None and shutil.which("mpirun") is not None
+
+
+needs_root_sshd = pytest.mark.skipif(
+    not sshd.available() or not _mpi4py_ok(),
+    reason="MPI-family jobs need real sshd in every host: run as root with openssh-server, "
+           "Open MPI (mpirun) and mpi4py installed (unprivileged user namespaces cannot setgroups, "
+           "so sshd cannot log anyone in)")
+
+
+def _gethostname_so() -> str:
+    spec = importlib.util.find_spec("gethostname")
+    assert spec is not None and spec.origin
+    return spec.origin
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[JobResult, float]]:
+    if not sshd.available() or not _mpi4py_ok():
+        pytest.skip("needs root, sshd, mpirun and mpi4py")
+    out: dict[str, tuple[JobResult, float]] = {}
+    for name, extra in JOBS.items():
+        t0 = time.monotonic()
+        result = emulator.run(output_path=tmp_path_factory.mktemp(name), job_name=f"mpi-{name}",
+                              echo=False, stop_grace=2, **BASE, **extra)
+        out[name] = (result, time.monotonic() - t0)
+        print(f"\n{name}: {result.status} in {out[name][1]:.1f} s")
+    return out
+
+
+def ranks(result: JobResult) -> dict[int, dict[str, Any]]:
+    out = {}
+    for name, data in result.model_files().items():
+        m = re.fullmatch(r"env-(algo-\d+)-(\d+)\.json", name)
+        if m:
+            report = json.loads(data)
+            report["file_host"] = m.group(1)
+            out[int(m.group(2))] = report
+    return out
+
+
+def _stamp(log: str, text: str) -> float:
+    """Time of the first toolkit log line containing ``text``."""
+    m = re.search(rf"^(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) .*{re.escape(text)}", log, re.M)
+    assert m, f"{text!r} not in the log"
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+@needs_root_sshd
+@pytest.mark.parametrize("name", list(JOBS))
+def test_job_completes_through_the_real_toolkit(jobs: dict[str, tuple[JobResult, float]], name: str) -> None:
+    result, wall = jobs[name]
+    assert result.status == "Completed", result.failure_reason
+    assert [h.exit_code for h in result.hosts] == [0, 0]
+    log1, log2 = result.log("algo-1"), result.log("algo-2")
+    assert "Can connect to host algo-2" in log1  # paramiko key login to the worker's sshd
+    assert "Orted process found" in log2  # orted, started by the worker's sshd, seen by psutil
+    assert "MPI training job status file found" in log2  # `ssh algo-2 touch /tmp/done.algo-1`
+    # The toolkit's fixed sleeps are real: worker 30 s after orted exits, master 30 s after the
+    # status files; so every MPI-family job lasts at least ~30 s longer than its training.
+    worker = _stamp(log2, "Begin looking for status file") - _stamp(log2, "Orted process exited")
+    # (the first "Finished writing status file" line is the one right after `ssh ... touch`)
+    master = (_stamp(log1, "Finished writing status file from leader")
+              - _stamp(log1, "Finished writing status file"))
+    assert worker >= TOOLKIT_SLEEP - 0.5 and master >= TOOLKIT_SLEEP - 0.5
+    assert wall >= TOOLKIT_SLEEP
+
+
+@needs_root_sshd
+@pytest.mark.parametrize("name", list(JOBS))
+def test_every_rank_environment(jobs: dict[str, tuple[JobResult, float]], name: str) -> None:
+    result, _ = jobs[name]
+    seen = ranks(result)
+    assert sorted(seen) == [0, 1, 2, 3]
+    for rank, r in seen.items():
+        env, host = r["env"], f"algo-{rank // 2 + 1}"
+        assert r["hostname"] == r["file_host"] == host  # UTS name and the LD_PRELOADed gethostname
+        assert env["LD_PRELOAD"] == _gethostname_so()
+        assert r["sum"] == 10.0 and r["comm_rank"] == rank  # all_reduce across both hosts
+        assert env["OMPI_COMM_WORLD_RANK"] == str(rank)
+        assert env["OMPI_COMM_WORLD_SIZE"] == "4"
+        assert env["OMPI_COMM_WORLD_LOCAL_RANK"] == str(rank % 2)
+        assert env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "2"
+        # Open MPI's NODE_RANK is the rank among the processes on this node (across jobs), not
+        # the index of the node: here it equals the local rank.
+        assert env["OMPI_COMM_WORLD_NODE_RANK"] == str(rank % 2)
+        assert env["MASTER_ADDR"] == "algo-1" and env["MASTER_PORT"] == "7777"
+        assert env["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert env["NCCL_DEBUG"] == "INFO"
+        remote = rank >= 2  # launched by orted through algo-2's sshd
+        assert ("SSH_CONNECTION" in env) == remote
+        if name == "mpi":
+            # -x SM_*: every rank sees the master's SM_* values (reference §3.5).
+            assert env["SM_CURRENT_HOST"] == "algo-1"
+            assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == "algo-1"
+            assert "RANK" not in env and "WORLD_SIZE" not in env and "LOCAL_RANK" not in env
+            assert not any(k.startswith("SMDATAPARALLEL_") for k in env)
+            assert env["SM_HP_MSG"] == MSG
+        else:
+            # No -x SM_*: local ranks inherit algo-1's, remote ranks read algo-2's own values from
+            # its /etc/environment through sshd's pam_env (reference §3.6).
+            assert env["SM_CURRENT_HOST"] == host
+            assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host
+            assert env["SMDATAPARALLEL_USE_HOMOGENEOUS"] == "1"
+            assert env["SMDATAPARALLEL_SERVER_ADDR"] == "algo-1"
+            assert env["SMDATAPARALLEL_SERVER_PORT"] == "7592"
+            assert env["SAGEMAKER_INSTANCE_TYPE"] == "ml.p4d.24xlarge"
+            assert env["FI_PROVIDER"] == "efa" and env["RDMAV_FORK_SAFE"] == "1"
+            # smddprun (emulated) provides these from OMPI_COMM_WORLD_*.
+            assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "4"
+            assert env["LOCAL_RANK"] == str(rank % 2)
+            assert env["SM_HP_MSG"] == MSG  # pam_env keeps quotes, spaces and ';' intact here
+
+
+@needs_root_sshd
+@pytest.mark.parametrize("name", list(JOBS))
+def test_plan_predicts_the_full_mpirun_argv(jobs: dict[str, tuple[JobResult, float]], name: str,
+                                            tmp_path: Path) -> None:
+    result, _ = jobs[name]
+    req = rq.create(output_path=tmp_path, job_name=f"mpi-{name}", **BASE, **JOBS[name])
+    planned = plan_for(req, get_backend("process"))
+    log = result.log("algo-1")
+    logged = re.search(r"Invoking script with the following command:\s*\n\s*\n(.+)\n", log)
+    assert logged, log[-2000:]
+    launcher = planned.hosts[0].launcher
+    assert launcher is not None and planned.hosts[1].launcher is None
+    predicted = " ".join(a.replace(tk.GETHOSTNAME_SO, _gethostname_so()) for a in launcher)
+    assert logged.group(1).strip() == predicted
+
+
+def test_prediction_shapes() -> None:
+    rc = {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "current_instance_type": "ml.c5.xlarge",
+          "network_interface_name": "eth0", "current_group_name": "homogeneousCluster",
+          "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.c5.xlarge",
+                               "hosts": ["algo-1", "algo-2"]}]}
+    hps = {"sagemaker_program": '"t.py"', "sagemaker_mpi_enabled": "true",
+           "sagemaker_mpi_custom_mpi_options": '"--NCCL_DEBUG WARN -x FOO=1"'}
+    cmd = tk.launcher_command("mpi", rc, hps, num_gpus=0, python="py")
+    assert cmd is not None
+    assert cmd[:5] == ["mpirun", "--host", "algo-1,algo-2", "-np", "2"]  # pph 1: no ":N"
+    assert "NCCL_DEBUG=WARN" in cmd and cmd[cmd.index("FOO=1") - 1] == "-x"
+    assert "FI_PROVIDER=efa" not in cmd  # not an EFA type
+    assert cmd[-4:] == ["py", "-m", "mpi4py", "t.py"]
+    assert cmd[cmd.index("SM_MODULE_DIR") + 2] == "SM_TRAINING_ENV"
+    single = dict(rc, hosts=["algo-1"], instance_groups=[dict(rc["instance_groups"][0], hosts=["algo-1"])])
+    hps2 = {"sagemaker_program": '"t.py"', "sagemaker_distributed_dataparallel_enabled": "true"}
+    cmd2 = tk.launcher_command("smdataparallel", single, hps2, num_gpus=0, python="py", smddprun=False)
+    assert cmd2 is not None and "SMDATAPARALLEL_USE_SINGLENODE=1" in cmd2
+    assert not any(a.startswith("SMDATAPARALLEL_SERVER") for a in cmd2)
+    assert cmd2[cmd2.index("--host") + 1] == "algo-1" and "smddprun" not in cmd2
+
+
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
+def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
+    root = sshd.prepare(tmp_path)
+    assert sshd.prepare(tmp_path) == root  # idempotent within a job
+    assert (root / "dot-ssh" / "authorized_keys").read_text() == (root / "dot-ssh" / "id_ed25519.pub").read_text()
+    assert oct((root / "etc-ssh" / "ssh_host_ed25519_key").stat().st_mode & 0o777) == "0o600"
+    assert oct(root.stat().st_mode & 0o777) == "0o700"
+    config = (root / "etc-ssh" / "sshd_config").read_text()
+    for line in ("PermitRootLogin prohibit-password", "UsePAM yes", "StrictModes yes", "PidFile none"):
+        assert line in config
+    assert sshd.prepare(tmp_path / "other") != root
+    if (root / "pam-sshd").exists():
+        assert not re.search(r"(?m)^session\s+required\s+pam_loginuid", (root / "pam-sshd").read_text())
+    if os.geteuid() != 0:
+        assert sshd.bwrap_args(tmp_path) == []
