@@ -58,6 +58,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-dir", help="local folder standing for checkpoint_s3_uri")
     p.add_argument("--pytorchddp-encoding", choices=["smdistributed", "pytorch_ddp"], default="smdistributed",
                    help="pytorchddp as SDK >=2.221.1 sends it (smdistributed) or as 2022's SDK did")
+    p.add_argument("--short-toolkit-sleeps", action="store_true",
+                   help="cap the toolkit's fixed 30-s MPI sleeps at 1 s (a deviation; never for --real comparisons)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
 
@@ -74,7 +76,8 @@ def _request(args: argparse.Namespace) -> Any:
         output_path=args.output_dir, max_run=args.max_run, job_name=args.job_name,
         checkpoint_dir=args.checkpoint_dir, image_uri=args.image,
         pytorchddp_encoding=args.pytorchddp_encoding,
-        forward_aws_credentials=args.forward_aws_credentials)
+        forward_aws_credentials=args.forward_aws_credentials,
+        short_toolkit_sleeps=args.short_toolkit_sleeps)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -109,7 +109,8 @@ def resource_config(request: JobRequest, host: str) -> dict[str, Any]:
 def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
           train_command: Sequence[str], python: str = "python3", num_cpus: int = 1,
           diag_dir: str | None = None, subnet: str = "10.0.0.0/24",
-          aws_credentials: Mapping[str, str] | None = None, extra_path: Sequence[str] = ()) -> JobPlan:
+          aws_credentials: Mapping[str, str] | None = None, extra_path: Sequence[str] = (),
+          gethostname_so: str | None = None) -> JobPlan:
     """Plan every host of ``request``. Pure; see the module docstring."""
     net = ipaddress.ip_network(subnet)
     addresses = [str(a) for a in list(net.hosts())[1:request.host_count + 1]]
@@ -129,6 +130,8 @@ def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
         common.update({k: v for k, v in aws_credentials.items() if k in CREDENTIAL_NAMES})
     common.update({"TRAINING_JOB_NAME": request.job_name, "TRAINING_JOB_ARN": request.arn,
                    "AWS_REGION": request.region})
+    if request.short_toolkit_sleeps:
+        common["EMULATOR_SHORT_TOOLKIT_SLEEPS"] = "1"
     common.update(request.environment)
     plans = []
     for host, address in zip(request.hosts, addresses):
@@ -156,6 +159,8 @@ def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
             sm_env=tk.sm_env(rc, request.hyperparameters, input_config, num_gpus=gpus,
                              num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"]),
             launcher=tk.launcher_command(runner, rc, request.hyperparameters, num_gpus=gpus,
-                                         python=python),
+                                         python=python, input_config=input_config,
+                                         credentials=[k for k in CREDENTIAL_NAMES if k in env],
+                                         gethostname_so=gethostname_so or tk.GETHOSTNAME_SO),
         ))
     return JobPlan(request=request, runner=runner, subnet=subnet, hosts=tuple(plans))

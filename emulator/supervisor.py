@@ -10,11 +10,13 @@ timeout). ``MaxRuntimeInSeconds`` ends the job as SageMaker does: SIGTERM to eac
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,6 +30,8 @@ from .archives import build_archive
 from .backends import HostSpec, JobSpec, get_backend
 from .backends.base import Backend, JobHandle, Mount
 from .console import LogTailer, paint, table, tail
+from .distribution import runner_for
+from .errors import BackendUnavailable
 from .request import JobRequest
 from .result import FAILURE_REASON_LIMIT, HostOutcome, JobResult, Transition, iso, write_description
 
@@ -82,9 +86,14 @@ def plan_for(request: JobRequest, backend: Backend, *, python: str | None = None
     else:
         python = python or "python3"
         command = backend.train_command()
+    gethostname_so = None
+    if backend.name == "process":
+        spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
+        gethostname_so = spec.origin if spec is not None else None
     return planning.build(request, base_env=backend.base_env(), inhost_root=backend.inhost_root,
                           train_command=command, python=python, num_cpus=os.cpu_count() or 1,
-                          diag_dir=diag_dir, aws_credentials=dict(os.environ), extra_path=extra_path)
+                          diag_dir=diag_dir, aws_credentials=dict(os.environ), extra_path=extra_path,
+                          gethostname_so=gethostname_so)
 
 
 @dataclass
@@ -104,7 +113,8 @@ class _JobRun:
     """One job from request to result; a spot interruption makes it start its hosts again."""
 
     def __init__(self, request: JobRequest, backend: Backend, *, stream: TextIO, echo: bool,
-                 stop_grace: float, keep_hosts: bool, faults: Sequence[Any]) -> None:
+                 stop_grace: float, keep_hosts: bool, faults: Sequence[Any],
+                 stop: threading.Event | None = None) -> None:
         self.request = request
         self.be = backend
         self.stream = stream
@@ -112,6 +122,7 @@ class _JobRun:
         self.stop_grace = stop_grace
         self.keep_hosts = keep_hosts
         self.faults = list(faults)
+        self.stop = stop or threading.Event()
         self.clock = _Clock([])
         self.job_dir = request.job_dir
         self.logs = self.job_dir / "logs"
@@ -177,6 +188,12 @@ class _JobRun:
                         handle.teardown(self.stop_grace)
                         outcome, secondary = "Interrupted", "Interrupted"
                         break
+                if self.stop.is_set():
+                    self.clock.enter("Stopping")
+                    _say(self.stream, f"stop requested: SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
+                    handle.teardown(self.stop_grace)
+                    outcome, secondary = "Stopped", "Stopped"
+                    break
                 if time.monotonic() >= self.deadline:
                     self.clock.enter("Stopping")
                     _say(self.stream, f"MaxRuntimeInSeconds ({request.max_runtime_seconds}) exceeded: "
@@ -247,6 +264,7 @@ class _JobRun:
             "SpotInterruptions": sum(a.outcome == "Interrupted" for a in attempts),
             "Faults": [e for a in attempts for e in a.events],
             "Warnings": warnings,
+            "Deviations": ["toolkit MPI sleeps capped at 1 s"] if request.short_toolkit_sleeps else [],
         })
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
@@ -264,8 +282,11 @@ class _JobRun:
 
 def run(request: JobRequest, *, backend: str | Backend = "process", stream: TextIO | None = None,
         echo: bool = True, stop_grace: float = SAGEMAKER_STOP_GRACE, keep_hosts: bool = False,
-        faults: Sequence[Any] = ()) -> JobResult:
+        faults: Sequence[Any] = (), stop: threading.Event | None = None) -> JobResult:
     """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``.
+
+    Setting ``stop`` (from another thread) stops the job as StopTrainingJob does: SIGTERM,
+    ``stop_grace``, SIGKILL, status ``Stopped``.
 
     ``faults`` are :mod:`emulator.faults` values injected while the job runs. Raises
     :class:`KeyboardInterrupt` after tearing everything down and writing ``job.json`` (Stopped)
@@ -273,8 +294,14 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     """
     be = get_backend(backend) if isinstance(backend, str) else backend
     be.check()
+    runner = runner_for(request.hyperparameters)
+    if be.name == "process" and os.geteuid() != 0 and runner in ("mpi", "smdataparallel"):
+        raise BackendUnavailable(
+            f"the {runner} runner starts ranks with mpirun over ssh, and the process backend can run "
+            "sshd in its hosts only as root (an unprivileged user namespace denies setgroups). Run as "
+            "root, or use --backend docker.")
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
-                   keep_hosts=keep_hosts, faults=faults).run()
+                   keep_hosts=keep_hosts, faults=faults, stop=stop).run()
 
 
 def _make_injector(faults: Sequence[Any], handle: JobHandle, attempt: int) -> Any:

@@ -34,11 +34,22 @@ def _on_lightning(module: ModuleType) -> None:
     _sm_emulator_lightning.patch_ddp_module(module)
 
 
+def _on_toolkit_runner(module: ModuleType) -> None:
+    import _sm_emulator_toolkit
+
+    _sm_emulator_toolkit.patch(module)
+
+
 def install() -> None:
     """Register the lazy patches."""
+    import os
+
     from _sm_emulator_importhook import when_imported
 
     when_imported("torch", _on_torch)
+    if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
+        for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
+            when_imported(name, _on_toolkit_runner)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)
 
