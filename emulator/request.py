@@ -91,6 +91,8 @@ class JobRequest:
     image_uri: str | None = None
     forward_aws_credentials: bool = False
     heterogeneous: bool = False
+    #: Opt-in deviation: cap the toolkit's fixed 30-s MPI-family sleeps at 1 s.
+    short_toolkit_sleeps: bool = False
 
     @property
     def hosts(self) -> list[str]:
@@ -196,6 +198,7 @@ def create(
     forward_aws_credentials: bool = False,
     pytorchddp_encoding: Literal["smdistributed", "pytorch_ddp"] = "smdistributed",
     container_log_level: int = 20,
+    short_toolkit_sleeps: bool = False,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -217,9 +220,13 @@ def create(
         _check_count(instance_count, "ResourceConfig.InstanceCount")
         groups = (InstanceGroup(HOMOGENEOUS_GROUP, instance_type, instance_count),)
         hetero = False
-    user_hps = dict(hyperparameters or {})
     if not isinstance(hyperparameters, Mapping | None):
         raise RequestError("HyperParameters", f"must be a JSON object, got {type(hyperparameters).__name__}")
+    for value, field_name in ((channels, "InputDataConfig"), (environment, "Environment")):
+        if not isinstance(value, Mapping | None):
+            raise RequestError(field_name, f"must be a mapping of name to value, got {type(value).__name__}",
+                               allowed="a dict")
+    user_hps = dict(hyperparameters or {})
     for key in user_hps:
         if not isinstance(key, str):
             raise RequestError("HyperParameters", f"key {key!r} is not a string")
@@ -253,6 +260,7 @@ def create(
         image_uri=image_uri,
         forward_aws_credentials=forward_aws_credentials,
         heterogeneous=hetero,
+        short_toolkit_sleeps=short_toolkit_sleeps,
     )
     validate(request)
     return request
@@ -334,7 +342,7 @@ def validate(request: JobRequest) -> None:
             raise RequestError(f"InputDataConfig.{ch.name}", f"{ch.path} is not an existing folder")
     if request.output_path.exists() and not request.output_path.is_dir():
         raise RequestError("OutputDataConfig.S3OutputPath", f"{request.output_path} exists and is not a folder")
-    if request.job_dir.exists() and any(request.job_dir.iterdir()):
+    if (request.job_dir / "job.json").exists() or (request.job_dir / "logs").exists():
         raise RequestError("TrainingJobName", f"a job named {request.job_name!r} already has results in "
                            f"{request.job_dir}", allowed="a new job name (names are unique per account and region)")
     mr = request.max_runtime_seconds
