@@ -39,8 +39,9 @@ def _cpu(who: int) -> float:
 def _marks(text: str, tag: str) -> list[tuple[float, str]]:
     out = []
     for line in text.splitlines():
-        if line.startswith(tag + " "):
-            parts = line.split()
+        at = line.find(tag + " ")  # mpirun prefixes lines with [1,mpirank:N,algo-M]<stdout>:
+        if at >= 0:
+            parts = line[at:].split()
             try:
                 out.append((float(parts[1]), parts[2] if len(parts) > 2 else ""))
             except (ValueError, IndexError):
