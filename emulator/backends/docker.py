@@ -1,0 +1,527 @@
+"""Docker backend: each emulated host is a container on a private per-job network.
+
+What is emulated, as on SageMaker: ``docker run IMAGE train`` per host with hostname ``algo-N``;
+``/opt/ml`` bind-mounted at its real path; a per-job network on which ``algo-N`` resolve through
+the engine's DNS (network alias), isolated (``internal``) unless the job allows egress; the
+image's own ``ENTRYPOINT``/``ENV``; root in the container; sshd reachable between hosts with a
+per-cluster root keypair, so the toolkit's ``mpirun``-over-ssh runner works unchanged.
+
+What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); ``HostSpec.hosts_file`` is
+not written (the engine manages ``/etc/hosts`` with the container's own entry, like SageMaker,
+and peers resolve through DNS); static addresses from the plan are used when the job subnet is
+free on this engine, otherwise the engine picks them; the container stops SIGTERM -> grace ->
+SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of the
+container (as the process backend does), not only PID 1. Exit codes above 128 that docker
+reports for a PID 1 killed by a signal are returned as the negative signal number.
+
+The docker SDK is imported lazily (``import emulator`` never imports ``docker``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import io
+import os
+import re
+import shutil
+import signal as _signal
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendUnavailable
+from .base import HostSpec, JobSpec, Mount
+
+DEFAULT_IMAGE = "sagemaker-emulator:latest"
+IMAGE_SESSION = "nox -s image"
+INHOST_ROOT = "/opt/sm-emulator/inhost"
+LABEL = "sagemaker-emulator"
+LABEL_JOB = f"{LABEL}.job"
+LABEL_HOST = f"{LABEL}.host"
+LABEL_OWNER_PID = f"{LABEL}.owner-pid"
+LABEL_OWNER_START = f"{LABEL}.owner-start"
+LABEL_OWNER_HOST = f"{LABEL}.owner-host"
+LABEL_HELPER = f"{LABEL}.helper"
+KEY_NAME = "id_rsa"  # the per-cluster root key, in job.scratch/ssh and /root/.ssh
+IFNAME = "eth0"  # the job network is the container's only (first) interface
+SHM_SIZE = "1g"  # SageMaker hosts have a large /dev/shm; docker's default 64 MB breaks DataLoader
+API_TIMEOUT = 120.0  # seconds for ordinary engine calls
+STREAM_TIMEOUT = 10 * 24 * 3600.0  # log streams and waits: effectively never
+KILL_WAIT = 10.0  # seconds to wait for a container after SIGKILL
+POLL_INTERVAL = 0.1
+
+#: AWS Deep Learning Container training images (e.g.
+#: ``763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.2.0-gpu-py310``) run as the
+#: emulator image; any other image name is used as given.
+_DLC_IMAGE = re.compile(
+    r"^(?:\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?|public\.ecr\.aws/[^/]+)/"
+    r"(?:[a-z0-9-]*/)?(?:huggingface-)?pytorch-training(?:-[a-z0-9]+)?(?::|@|$)"
+)
+
+
+def resolve_image(image: str | None) -> str:
+    """The image a host runs: the emulator image for none or a PyTorch DLC URI, else ``image``."""
+    if not image or _DLC_IMAGE.match(image):
+        return DEFAULT_IMAGE
+    return image
+
+
+def _sdk(sub: str = "") -> Any:
+    """The docker SDK (or one of its modules), imported now. Typed Any: the SDK has no stubs."""
+    try:
+        return importlib.import_module(f"docker{sub}")
+    except ImportError as e:
+        raise BackendUnavailable("the docker backend needs the docker SDK: "
+                                 "pip install 'sagemaker-cluster-emulator[docker]'") from e
+
+
+def _client(timeout: float = API_TIMEOUT) -> Any:
+    docker = _sdk()
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as e:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise BackendUnavailable(
+            f"no docker engine reachable at {where} ({e.__class__.__name__}: {e}); start one "
+            "(e.g. `dockerd &` or `systemctl start docker`), check DOCKER_HOST and that you may "
+            "use the socket, or use --backend process"
+        ) from e
+    return client
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of ``pid`` (clock ticks since boot), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return start is None or _proc_start(pid) in (None, start)
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels that tie a container or network to this process (see :func:`reap`)."""
+    pid = os.getpid()
+    return {LABEL_OWNER_PID: str(pid), LABEL_OWNER_START: _proc_start(pid) or "",
+            LABEL_OWNER_HOST: socket.gethostname()}
+
+
+def _make_keypair(folder: Path) -> tuple[bytes, bytes]:
+    """A fresh RSA keypair for one cluster (``id_rsa``, as in the DLC): (private, public line)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder / KEY_NAME
+    for f in (key, key.with_suffix(".pub")):
+        f.unlink(missing_ok=True)
+    if shutil.which("ssh-keygen"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C",
+                        "sagemaker-emulator", "-f", str(key)], check=True,
+                       stdin=subprocess.DEVNULL)
+        return key.read_bytes(), key.with_suffix(".pub").read_bytes()
+    try:
+        from cryptography.hazmat.primitives import serialization as ser
+        from cryptography.hazmat.primitives.asymmetric import rsa
+    except ImportError as e:
+        raise BackendUnavailable("the docker backend needs ssh-keygen (apt-get install "
+                                 "openssh-client) to make the cluster's ssh key") from e
+    k = rsa.generate_private_key(public_exponent=65537, key_size=3072)
+    priv = k.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    pub = k.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+    key.write_bytes(priv)
+    key.chmod(0o600)
+    return priv, pub + b" sagemaker-emulator\n"
+
+
+def _ssh_archive(private: bytes, public: bytes) -> bytes:
+    """A tar of ``root/.ssh`` (owned by root, sshd StrictModes-proof) to extract at ``/``."""
+    ssh_config = b"Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        d = tarfile.TarInfo("root/.ssh")
+        d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o700, int(time.time())
+        tar.addfile(d)
+        for name, data, mode in (("authorized_keys", public, 0o600),
+                                 (KEY_NAME, private, 0o600),
+                                 (f"{KEY_NAME}.pub", public, 0o644),
+                                 ("config", ssh_config, 0o600)):
+            info = tarfile.TarInfo(f"root/.ssh/{name}")
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _chown_mounts(client: Any, image: str, sources: Iterable[str], owner: tuple[int, int],
+                  labels: Mapping[str, str]) -> None:
+    """Give ``sources`` (folders written as root by containers) back to ``owner``.
+
+    Runs ``chown -R`` in a short container (the invoking user may not be root), with each
+    source bind-mounted at ``/mnt/N``. Best effort: a failure leaves root-owned files behind.
+    """
+    sources = sorted({s for s in sources if Path(s).exists()})
+    if not sources or owner == (0, 0):
+        return
+    dmount = _sdk(".types").Mount
+    mounts = [dmount(f"/mnt/{i}", s, type="bind") for i, s in enumerate(sources)]
+    try:
+        client.containers.run(
+            image, entrypoint=["chown"],
+            command=["-R", f"{owner[0]}:{owner[1]}", *(m["Target"] for m in mounts)],
+            mounts=mounts, network_mode="none", remove=True, user="0",
+            labels={**labels, LABEL_HELPER: "chown"})
+    except Exception:
+        pass
+
+
+class DockerHost:
+    """A running host: one container. Methods never raise for a host that has exited."""
+
+    def __init__(self, name: str, container: Any, log_path: Path, stream_client: Any) -> None:
+        self.name = name
+        self.container = container
+        self.log_path = log_path
+        self._rc: int | None = None
+        self._stream_client = stream_client
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    def _follow(self) -> None:
+        """Start the log-copy and exit-wait threads (after the container started)."""
+        for target in (self._copy_logs, self._wait):
+            t = threading.Thread(target=target, name=f"docker-{self.name}-{target.__name__}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _copy_logs(self) -> None:
+        try:
+            c = self._stream_client.containers.get(self.container.id)
+            with open(self.log_path, "ab", buffering=0) as out:
+                for chunk in c.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    out.write(chunk)
+        except Exception:
+            pass  # the container went away; its exit code comes from _wait
+
+    def _wait(self) -> None:
+        try:
+            c = self._stream_client.containers.get(self.container.id)
+            code = int(c.wait(timeout=STREAM_TIMEOUT)["StatusCode"])
+        except Exception:
+            status = self._status_code()
+            if status is None:
+                return
+            code = status
+        self._rc = -(code - 128) if 128 < code < 128 + 65 else code
+
+    def _status_code(self) -> int | None:
+        try:
+            self.container.reload()
+        except Exception:
+            return 137  # removed under us: treat as killed
+        state = self.container.attrs["State"]
+        return int(state["ExitCode"]) if state["Status"] in ("exited", "dead") else None
+
+    def poll(self) -> int | None:
+        return self._rc
+
+    def signal(self, sig: int = _signal.SIGTERM) -> None:
+        try:
+            if sig == _signal.SIGSTOP:
+                self.container.pause()
+            elif sig == _signal.SIGCONT:
+                self.container.unpause()
+            elif sig == _signal.SIGKILL or not self._signal_all(sig):
+                self.container.kill(signal=int(sig))
+        except Exception:
+            pass  # exited, or already (un)paused
+
+    def _signal_all(self, sig: int) -> bool:
+        """Signal every process of the container from here when the engine is local."""
+        pids = self.pids()
+        if not pids or not self._is_local(pids[0]):
+            return False
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        return True
+
+    def _is_local(self, pid: int) -> bool:
+        try:
+            return self.container.id in Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return False
+
+    def pids(self) -> list[int]:
+        try:
+            top = self.container.top(ps_args="-eo pid")
+        except Exception:
+            return []
+        try:
+            col = top["Titles"].index("PID")
+            return [int(p[col]) for p in top.get("Processes") or []]
+        except (KeyError, ValueError):
+            return []
+
+    def join(self, timeout: float) -> None:
+        for t in self._threads:
+            t.join(timeout)
+
+
+#: Jobs started by this process and not yet torn down (the atexit backstop tears them down).
+_LIVE: set[DockerJob] = set()
+_ATEXIT_REGISTERED = False
+
+
+def _teardown_live() -> None:
+    for job in list(_LIVE):
+        job.teardown(grace=2.0)
+
+
+class DockerJob:
+    """A started job: its containers, its network, and teardown."""
+
+    def __init__(self, job_id: str, client: Any, network: Any, owner: tuple[int, int],
+                 images: Mapping[str, str], writable: Mapping[str, list[str]]) -> None:
+        self.job_id = job_id
+        self.hosts: dict[str, DockerHost] = {}
+        self._client = client
+        self._network = network
+        self._owner = owner
+        self._images = images
+        self._writable = writable
+        self._lock = threading.Lock()
+        self._done = False
+
+    def disconnect(self, host: str) -> None:
+        self._network.disconnect(self.hosts[host].container, force=True)
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        return ["docker", "exec", self.hosts[host].container.name, *argv]
+
+    def teardown(self, grace: float) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        try:
+            self._stop(grace)
+            by_image: dict[str, list[str]] = {}
+            for name in self.hosts:
+                by_image.setdefault(self._images[name], []).extend(self._writable[name])
+            for image, sources in by_image.items():
+                _chown_mounts(self._client, image, sources, self._owner,
+                              {LABEL_JOB: self.job_id, **owner_labels()})
+            for h in self.hosts.values():
+                _remove(h.container)
+                h.join(timeout=2.0)
+            _remove(self._network)
+        finally:
+            _LIVE.discard(self)
+
+    def _stop(self, grace: float) -> None:
+        running = [h for h in self.hosts.values() if h.started and h.poll() is None]
+        for h in running:
+            h.signal(_signal.SIGCONT)  # a paused container cannot receive signals
+            h.signal(_signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(h.poll() is None for h in running) and time.monotonic() < deadline:
+            time.sleep(POLL_INTERVAL)
+        for h in running:
+            if h.poll() is None:
+                h.signal(_signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT
+        while any(h.poll() is None for h in running) and time.monotonic() < deadline:
+            time.sleep(POLL_INTERVAL)
+
+
+def _remove(obj: Any) -> None:
+    """Remove a container (forcibly) or a network; ignore what is already gone."""
+    try:
+        if hasattr(obj, "disconnect"):
+            obj.remove()
+        else:
+            obj.remove(force=True, v=True)
+    except Exception:
+        pass
+
+
+class DockerBackend:
+    """Runs each host as a container of the emulator image (or the job's own image).
+
+    ``owner`` is who gets the files containers write as root in bind-mounted folders
+    (default: this process's uid and gid).
+    """
+
+    name = "docker"
+    inhost_root = INHOST_ROOT
+
+    def __init__(self, *, owner: tuple[int, int] | None = None) -> None:
+        self.owner = owner if owner is not None else (os.getuid(), os.getgid())
+
+    def check(self, image: str | None = None) -> None:
+        client = _client()
+        self._require_image(client, resolve_image(image))
+
+    @staticmethod
+    def _require_image(client: Any, image: str) -> None:
+        try:
+            client.images.get(image)
+        except _sdk(".errors").ImageNotFound:
+            hint = (f"build it with `{IMAGE_SESSION}` (or `python docker/build.py`)"
+                    if image == DEFAULT_IMAGE else f"pull or build it (`docker pull {image}`)")
+            raise BackendUnavailable(
+                f"docker image {image} is not on this engine: {hint}") from None
+
+    def base_env(self) -> dict[str, str]:
+        return {}
+
+    def train_command(self) -> list[str]:
+        return ["train"]
+
+    def inhost_mounts(self) -> list[Mount]:
+        from ..inhost import ROOT
+
+        return [Mount(ROOT, INHOST_ROOT, read_only=True)]
+
+    def start(self, job: JobSpec) -> DockerJob:
+        global _ATEXIT_REGISTERED
+        client = _client()
+        images = {h.name: resolve_image(h.image) for h in job.hosts}
+        for image in set(images.values()):
+            self._require_image(client, image)
+        labels = {LABEL_JOB: job.job_id, **owner_labels()}
+        writable = {h.name: [str(h.opt_ml), *(str(m.source) for m in h.mounts
+                                               if not m.read_only)] for h in job.hosts}
+        network = _create_network(client, job, labels)
+        handle = DockerJob(job.job_id, client, network, self.owner, images, writable)
+        try:
+            private, public = _make_keypair(Path(job.scratch) / "ssh")
+            keys = _ssh_archive(private, public)
+            stream_client = _client(timeout=STREAM_TIMEOUT)
+            static = bool(network.attrs.get("IPAM", {}).get("Config"))
+            for spec in job.hosts:
+                container = _create_container(client, spec, job.job_id, network.name,
+                                              images[spec.name], labels, static)
+                handle.hosts[spec.name] = DockerHost(spec.name, container, spec.log_path,
+                                                     stream_client)
+                container.put_archive("/", keys)
+            for h in handle.hosts.values():
+                Path(h.log_path).parent.mkdir(parents=True, exist_ok=True)
+                h.container.start()
+                h._follow()
+        except BaseException:
+            handle.teardown(grace=0)
+            raise
+        _LIVE.add(handle)
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_teardown_live)
+            _ATEXIT_REGISTERED = True
+        return handle
+
+
+def network_name(job_id: str) -> str:
+    return f"sm-emulator-{job_id}"
+
+
+def container_name(job_id: str, host: str) -> str:
+    return f"sm-emulator-{job_id}-{host}"
+
+
+def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> Any:
+    """The job's bridge network on ``job.subnet``, or on a subnet the engine picks if taken."""
+    types = _sdk(".types")
+    kwargs: dict[str, Any] = dict(driver="bridge", internal=not job.allow_egress,
+                                  labels=dict(labels), check_duplicate=True)
+    try:
+        ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=job.subnet)])
+        return client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs)
+    except _sdk(".errors").APIError as e:
+        if "overlap" not in str(e).lower():
+            raise
+    return client.networks.create(network_name(job.job_id), **kwargs)
+
+
+def _create_container(client: Any, spec: HostSpec, job_id: str, network: str, image: str,
+                      labels: Mapping[str, str], static: bool) -> Any:
+    dmount = _sdk(".types").Mount
+    mounts = [dmount("/opt/ml", str(spec.opt_ml), type="bind")]
+    mounts += [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
+               for m in spec.mounts]
+    env = {**spec.env, "GLOO_SOCKET_IFNAME": IFNAME, "NCCL_SOCKET_IFNAME": IFNAME}
+    endpoint = client.api.create_endpoint_config(
+        aliases=[spec.name], ipv4_address=spec.address if static and spec.address else None)
+    return client.containers.create(
+        image, command=list(spec.command), name=container_name(job_id, spec.name),
+        hostname=spec.name, environment=env, working_dir=spec.workdir or None, mounts=mounts,
+        labels={**spec.labels, **labels, LABEL_HOST: spec.name}, network=network,
+        networking_config={network: endpoint}, shm_size=SHM_SIZE, user="0",
+        stdin_open=False, tty=False, detach=True)
+
+
+def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
+    """Remove containers and networks of emulator jobs whose owning process is gone.
+
+    Only resources labelled by this machine (``owner-host``) are considered. Before removal the
+    dead job's writable bind mounts are chowned back to ``owner`` (default: this uid/gid).
+    Returns the names of what was removed.
+    """
+    client = _client()
+    owner = owner if owner is not None else (os.getuid(), os.getgid())
+    me = socket.gethostname()
+
+    def dead(lab: Mapping[str, str]) -> bool:
+        if lab.get(LABEL_OWNER_HOST) != me:
+            return False
+        try:
+            pid = int(lab.get(LABEL_OWNER_PID, ""))
+        except ValueError:
+            return True
+        return not _alive(pid, lab.get(LABEL_OWNER_START) or None)
+
+    removed: list[str] = []
+    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})
+             if dead(c.labels)]
+    by_image: dict[str, set[str]] = {}
+    for c in stale:
+        if c.labels.get(LABEL_HELPER):
+            continue
+        if c.status in ("running", "paused", "restarting"):
+            try:
+                if c.status == "paused":
+                    c.unpause()
+                c.kill()
+            except Exception:
+                pass
+        sources = {m["Source"] for m in c.attrs.get("Mounts", [])
+                   if m.get("Type") == "bind" and m.get("RW")}
+        image = c.attrs.get("Config", {}).get("Image") or DEFAULT_IMAGE
+        by_image.setdefault(image, set()).update(sources)
+    for image, sources in by_image.items():
+        _chown_mounts(client, image, sources, owner, {LABEL_JOB: "reap", **owner_labels()})
+    for c in stale:
+        _remove(c)
+        removed.append(c.name)
+    for n in client.networks.list(filters={"label": LABEL_JOB}):
+        if dead(n.attrs.get("Labels") or {}):
+            _remove(n)
+            removed.append(n.name)
+    return removed

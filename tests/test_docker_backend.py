@@ -1,0 +1,306 @@
+"""The docker backend against a real engine and the emulator image.
+
+Skipped (with the reason) when no engine or no ``sagemaker-emulator:latest`` image is available,
+except under ``CI=true``, where that is a failure: CI must build the image (``nox -s image``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.backends.base import HostSpec, JobSpec, Mount
+from emulator.errors import BackendUnavailable
+
+FAKE_OWNER = (4242, 4343)  # not us: proves the chown hand-back
+WAIT = 60.0
+
+
+def test_dlc_image_uris_map_to_the_emulator_image() -> None:
+    from emulator.backends.docker import DEFAULT_IMAGE, resolve_image
+
+    assert resolve_image(None) == DEFAULT_IMAGE
+    dlc = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
+           "2.2.0-gpu-py310-cu121-ubuntu20.04-sagemaker")
+    assert resolve_image(dlc) == DEFAULT_IMAGE
+    assert resolve_image("763104351884.dkr.ecr.us-east-1.amazonaws.com/"
+                         "huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310"
+                         ) == DEFAULT_IMAGE
+    assert resolve_image("my-registry/my-trainer:1") == "my-registry/my-trainer:1"
+    assert resolve_image("763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2"
+                         ) != DEFAULT_IMAGE
+
+
+def test_import_emulator_does_not_import_docker() -> None:
+    code = ("import sys, emulator, emulator.backends, emulator.backends.docker; "
+            "sys.exit('docker' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd="/").returncode == 0
+
+
+@pytest.fixture
+def docker_client() -> Any:
+    from emulator.backends.docker import DEFAULT_IMAGE, DockerBackend, _client
+
+    try:
+        DockerBackend().check()
+    except BackendUnavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the docker backend is unavailable: {e}")
+        pytest.skip(f"docker backend unavailable: {e}")
+    client = _client()
+    assert client.images.get(DEFAULT_IMAGE)
+    return client
+
+
+def _labelled(client: Any, job_id: str) -> list[str]:
+    from emulator.backends.docker import LABEL_JOB
+
+    flt = {"label": f"{LABEL_JOB}={job_id}"}
+    return ([c.name for c in client.containers.list(all=True, filters=flt)]
+            + [n.name for n in client.networks.list(filters=flt)])
+
+
+@pytest.fixture
+def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
+    """Factory: a JobSpec of hosts running the given commands; checks nothing leaks."""
+    jobs: list[JobSpec] = []
+
+    def make(*commands: Sequence[str], mounts: Sequence[Mount] = ()) -> JobSpec:
+        job_id = f"t{uuid.uuid4().hex[:8]}"
+        hosts = []
+        for i, cmd in enumerate(commands, start=1):
+            name = f"algo-{i}"
+            opt_ml = tmp_path / job_id / name / "opt_ml"
+            for sub in ("input/config", "output/data", "model"):
+                (opt_ml / sub).mkdir(parents=True)
+            hosts.append(HostSpec(
+                name=name, address=f"10.0.0.{i + 1}", opt_ml=opt_ml,
+                env={"SM_CURRENT_HOST": name}, command=list(cmd), workdir="/",
+                hosts_file="", log_path=tmp_path / job_id / f"{name}.log", mounts=mounts))
+        job = JobSpec(job_id=job_id, hosts=hosts, scratch=tmp_path / job_id / "scratch")
+        jobs.append(job)
+        return job
+
+    yield make
+    from emulator.backends.docker import container_name, network_name
+
+    for job in jobs:  # belt and braces: never leave anything behind, even on failure
+        leaked = _labelled(docker_client, job.job_id)
+        for h in job.hosts:
+            try:
+                docker_client.containers.get(container_name(job.job_id, h.name)).remove(force=True)
+            except Exception:
+                pass
+        try:
+            docker_client.networks.get(network_name(job.job_id)).remove()
+        except Exception:
+            pass
+        assert not leaked, f"left behind: {leaked}"
+
+
+def _wait_all(handle: Any, timeout: float = WAIT) -> dict[str, int | None]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rcs = {n: h.poll() for n, h in handle.hosts.items()}
+        if all(rc is not None for rc in rcs.values()):
+            return rcs
+        time.sleep(0.1)
+    return {n: h.poll() for n, h in handle.hosts.items()}
+
+
+def _wait_log(path: Path, text: str, timeout: float = WAIT) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        time.sleep(0.1)
+    return path.read_text() if path.exists() else ""
+
+
+SCRIPT = ("hostname; getent hosts algo-1 algo-2; echo ifname=$GLOO_SOCKET_IFNAME; "
+          "ls /opt/sm-emulator/inhost >/dev/null && echo inhost-ok; "
+          "echo hi > /opt/ml/output/data/from-$(hostname); mkdir -p /opt/ml/model/sub; "
+          "touch /opt/ml/model/sub/m; exit {rc}")
+
+
+@pytest.mark.docker
+def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
+                                                         docker_client: Any) -> None:
+    from emulator.backends.docker import DockerBackend, network_name
+
+    backend = DockerBackend(owner=FAKE_OWNER)
+    job = make_job(["sh", "-c", SCRIPT.format(rc=0)], ["sh", "-c", SCRIPT.format(rc=3)],
+                   mounts=backend.inhost_mounts())
+    handle = backend.start(job)
+    try:
+        assert _wait_all(handle) == {"algo-1": 0, "algo-2": 3}
+        net = docker_client.networks.get(network_name(job.job_id))
+        assert net.attrs["Internal"] is True
+        for h in handle.hosts.values():
+            cfg = h.container.attrs["HostConfig"]
+            assert not cfg.get("CapAdd") and not cfg.get("Privileged")
+            assert h.container.labels["sagemaker-emulator.owner-pid"] == str(os.getpid())
+    finally:
+        handle.teardown(grace=5)
+    handle.teardown(grace=5)  # idempotent
+    assert _labelled(docker_client, job.job_id) == []
+    for spec in job.hosts:
+        log = _wait_log(spec.log_path, "inhost-ok")
+        lines = log.splitlines()
+        assert lines[0] == spec.name, log
+        assert any(ln.endswith(" algo-1") for ln in lines), log
+        assert any(ln.endswith(" algo-2") for ln in lines), log
+        assert "ifname=eth0" in lines and "inhost-ok" in lines, log
+        out = spec.opt_ml / "output" / "data" / f"from-{spec.name}"
+        assert out.read_text() == "hi\n"
+        for p in (out, spec.opt_ml / "model" / "sub", spec.opt_ml / "model" / "sub" / "m"):
+            assert (p.stat().st_uid, p.stat().st_gid) == FAKE_OWNER, p
+
+
+@pytest.mark.docker
+def test_ssh_as_root_between_hosts_with_the_cluster_key(make_job: Any) -> None:
+    from emulator.backends.docker import DockerBackend
+
+    client_cmd = ("for i in $(seq 100); do ssh -o BatchMode=yes -o ConnectTimeout=2 algo-2 "
+                  "'echo on-$(hostname) uid=$(id -u)' && exit 0; sleep 0.2; done; exit 1")
+    job = make_job(["sh", "-c", client_cmd], ["/usr/sbin/sshd", "-D", "-e"])
+    handle = DockerBackend().start(job)
+    try:
+        deadline = time.monotonic() + WAIT
+        while handle.hosts["algo-1"].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert handle.hosts["algo-1"].poll() == 0, job.hosts[0].log_path.read_text()
+        assert handle.hosts["algo-2"].poll() is None  # sshd still serving
+        assert "on-algo-2 uid=0" in _wait_log(job.hosts[0].log_path, "on-algo-2")
+        assert (job.scratch / "ssh" / "id_rsa").exists()
+    finally:
+        handle.teardown(grace=5)
+
+
+@pytest.mark.docker
+def test_signal_pause_pids_disconnect(make_job: Any, docker_client: Any) -> None:
+    from emulator.backends.docker import DockerBackend
+
+    job = make_job(["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; "
+                                "while true; do sleep 0.1; done"])
+    handle = DockerBackend().start(job)
+    host = handle.hosts["algo-1"]
+    try:
+        _wait_log(job.hosts[0].log_path, "ready")
+        pids = host.pids()
+        assert pids and all(isinstance(p, int) for p in pids)
+        host.signal(signal.SIGSTOP)
+        host.container.reload()
+        assert host.container.status == "paused"
+        host.signal(signal.SIGCONT)
+        host.container.reload()
+        assert host.container.status == "running"
+        argv = handle.exec_argv("algo-1", ["hostname"])
+        assert argv[:2] == ["docker", "exec"]
+        assert subprocess.run(argv, capture_output=True, text=True).stdout.strip() == "algo-1"
+        handle.disconnect("algo-1")
+        host.container.reload()
+        assert host.container.attrs["NetworkSettings"]["Networks"] == {}
+        host.signal(signal.SIGTERM)
+        assert _wait_all(handle, timeout=10) == {"algo-1": 7}
+        assert host.pids() == []
+        host.signal(signal.SIGTERM)  # no raise after exit
+    finally:
+        handle.teardown(grace=2)
+
+
+@pytest.mark.docker
+def test_teardown_kills_a_host_that_ignores_sigterm(make_job: Any, docker_client: Any) -> None:
+    from emulator.backends.docker import DockerBackend
+
+    job = make_job(["sleep", "300"])  # PID 1 without a handler: SIGTERM does nothing
+    handle = DockerBackend().start(job)
+    t0 = time.monotonic()
+    handle.teardown(grace=1)
+    assert time.monotonic() - t0 < 15
+    assert handle.hosts["algo-1"].poll() == -signal.SIGKILL
+    assert _labelled(docker_client, job.job_id) == []
+
+
+@pytest.mark.docker
+def test_failed_start_removes_what_was_created(make_job: Any, docker_client: Any,
+                                               tmp_path: Path) -> None:
+    from emulator.backends.docker import DockerBackend
+
+    missing = Mount(tmp_path / "does-not-exist", "/data", read_only=True)
+    job = make_job(["true"], ["true"], mounts=[missing])
+    with pytest.raises(Exception, match="does-not-exist"):
+        DockerBackend().start(job)
+    assert _labelled(docker_client, job.job_id) == []
+
+
+@pytest.mark.docker
+def test_missing_image_names_the_session(docker_client: Any) -> None:
+    from emulator.backends.docker import DockerBackend
+
+    with pytest.raises(BackendUnavailable, match="docker pull"):
+        DockerBackend().check(image="sagemaker-emulator-test/absent:0")
+
+
+@pytest.mark.docker
+def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Path) -> None:
+    from emulator.backends.docker import (
+        DEFAULT_IMAGE,
+        LABEL_HOST,
+        LABEL_JOB,
+        LABEL_OWNER_HOST,
+        LABEL_OWNER_PID,
+        owner_labels,
+        reap,
+    )
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    job_id = f"t{uuid.uuid4().hex[:8]}"
+    dead_labels = {LABEL_JOB: job_id, LABEL_OWNER_PID: str(dead.pid),
+                   LABEL_OWNER_HOST: socket.gethostname()}
+    live_labels = {**owner_labels(), LABEL_JOB: f"{job_id}-live"}
+    opt_ml = tmp_path / "opt_ml"
+    opt_ml.mkdir()
+    net = docker_client.networks.create(f"sm-emulator-{job_id}", internal=True,
+                                        labels=dead_labels)
+    live_net = docker_client.networks.create(f"sm-emulator-{job_id}-live", internal=True,
+                                             labels=live_labels)
+    try:
+        c = docker_client.containers.run(
+            DEFAULT_IMAGE, ["sh", "-c", "touch /opt/ml/leftover; sleep 300"], detach=True,
+            name=f"sm-emulator-{job_id}-algo-1", network=net.name,
+            labels={**dead_labels, LABEL_HOST: "algo-1"},
+            volumes={str(opt_ml): {"bind": "/opt/ml", "mode": "rw"}})
+        deadline = time.monotonic() + WAIT
+        while not (opt_ml / "leftover").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        removed = reap(owner=FAKE_OWNER)
+        assert c.name in removed and net.name in removed
+        assert live_net.name not in removed
+        assert _labelled(docker_client, job_id) == []
+        st = (opt_ml / "leftover").stat()
+        assert (st.st_uid, st.st_gid) == FAKE_OWNER
+        docker_client.networks.get(live_net.id)  # still there: its owner (us) is alive
+    finally:
+        for obj in (f"sm-emulator-{job_id}-algo-1",):
+            try:
+                docker_client.containers.get(obj).remove(force=True)
+            except Exception:
+                pass
+        for n in (net, live_net):
+            try:
+                n.remove()
+            except Exception:
+                pass
