@@ -13,7 +13,6 @@ to AWS.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import threading
@@ -63,9 +62,13 @@ class EmulatedJob:
     thread: threading.Thread | None = None
     result: JobResult | None = None
     error: BaseException | None = None
-    stop_requested: bool = False
     description: dict[str, Any] | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop.is_set()
 
     @property
     def running(self) -> bool:
@@ -137,9 +140,7 @@ class EmulatorSageMakerClient:
         assert job.translated is not None
         try:
             job.result = run(job.translated.request, backend=self.backend, echo=False,
-                             stop_grace=self.stop_grace, keep_hosts=self.keep_hosts)
-        except KeyboardInterrupt:  # stop_training_job: the supervisor tore down and wrote job.json
-            pass
+                             stop_grace=self.stop_grace, keep_hosts=self.keep_hosts, stop=job.stop)
         except BaseException as exc:
             job.error = exc
         finally:
@@ -216,8 +217,7 @@ class EmulatorSageMakerClient:
             status = self.describe_training_job(TrainingJobName)["TrainingJobStatus"]
             raise client_error("ValidationException", "The request was rejected because the training "
                                f"job is in status {status}.", "StopTrainingJob")
-        job.stop_requested = True
-        _interrupt(job.thread)
+        job.stop.set()  # the supervisor stops the hosts as StopTrainingJob does
         return {}
 
     def list_tags(self, ResourceArn: str, **_: Any) -> dict[str, Any]:
@@ -252,13 +252,6 @@ class EmulatorSageMakerClient:
             raise NotImplementedError(f"SageMaker API {name!r} is not emulated (only training jobs are); "
                                       "nothing was sent to AWS")
         return refuse
-
-
-def _interrupt(thread: threading.Thread | None) -> None:
-    """Raise KeyboardInterrupt in the job's thread: the supervisor then stops the hosts as on Ctrl-C."""
-    if thread is None or thread.ident is None or not thread.is_alive():
-        return
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def _jsonable(value: Any) -> Any:
