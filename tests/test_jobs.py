@@ -157,3 +157,26 @@ def test_cli_exit_status_and_job_json(tmp_path: Path) -> None:
                           "--source-dir", str(src), "--output-dir", str(out)], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "entry_point" in bad.stderr
+
+
+def test_stop_request_stops_the_job_as_stoptrainingjob_does(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    stop = threading.Event()
+    req = rq.create(entry_point="train.py", source_dir=src, output_path=tmp_path / "out", job_name="stopme")
+    box: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", run_job(req, echo=False, stop_grace=1, stop=stop)))
+    thread.start()
+    log = req.job_dir / "logs" / "algo-1.log"
+    for _ in range(600):
+        if log.exists() and "started" in log.read_text():
+            break
+        threading.Event().wait(0.1)
+    stop.set()
+    thread.join(60)
+    result = box["r"]
+    assert (result.status, result.secondary_status) == ("Stopped", "Stopped")
+    assert [t["Status"] for t in result.description["SecondaryStatusTransitions"]][-3:] == [
+        "Stopping", "Uploading", "Stopped"]
+    assert result.failure_reason is None
