@@ -1,0 +1,214 @@
+"""Test hygiene: every test must leave no process, container, listening port or temp tree behind.
+
+Scoping (holds under pytest-xdist, where several workers run jobs at once):
+
+* At start-up each pytest process (controller or xdist worker) exports ``SMEMU_TEST_OWNER=<pid>``.
+  The emulator passes the machine's environment into its namespace agent and hosts (only
+  credentials and launcher variables are dropped, see :mod:`emulator.plan`), so every process a
+  test starts, directly or through ``python -m emulator``, carries it, even after it has been
+  re-parented. A leak is any live process (not a zombie) carrying our value, or a descendant of
+  this process, that was not there before the test.
+* ``TMPDIR`` (and :data:`tempfile.tempdir`) points at a private folder per pytest process, so a
+  new ``sm-emulator-*`` tree there is ours. pytest's own ``tmp_path`` root stays where it was
+  (``PYTEST_DEBUG_TEMPROOT``).
+* Listening TCP sockets in this machine's network namespace (``/proc/net/tcp{,6}``) that are new
+  and belong to one of our processes.
+* Docker containers and networks labelled ``sagemaker-emulator.owner-pid=<this pid>``, checked
+  only when the docker SDK imports and an engine answers.
+
+Leaked processes are killed after the check so one bad test does not poison the next ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+OWNER_VAR = "SMEMU_TEST_OWNER"
+OWNER = str(os.getpid())
+#: How long a test's processes may take to disappear after the test returns.
+LEAK_GRACE = 5.0
+_STATE: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[OWNER_VAR] = OWNER
+    original = tempfile.gettempdir()
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", original)
+    private = tempfile.mkdtemp(prefix=f"smemu-tests-{OWNER}-", dir=original)
+    _STATE["tmp"] = private
+    os.environ["TMPDIR"] = private
+    tempfile.tempdir = private
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    private = _STATE.get("tmp")
+    if private and not any(Path(private).glob("sm-emulator-*")):
+        shutil.rmtree(private, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# /proc helpers
+
+
+def _ppid_and_state(pid: int) -> tuple[int, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[1]), rest[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def our_processes(*, by_ancestry: bool = True) -> dict[int, str]:
+    """Live processes that belong to this pytest process: descendants (unless ``by_ancestry`` is
+    False), or carrying our owner variable. Value: a one-line description for failure messages."""
+    me = os.getpid()
+    parents: dict[int, int] = {}
+    states: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = _ppid_and_state(int(entry))
+            if info is not None:
+                parents[int(entry)], states[int(entry)] = info
+    out: dict[int, str] = {}
+    for pid, state in states.items():
+        if pid == me or state in ("Z", "X"):
+            continue
+        p, hops = parents.get(pid), 0
+        descendant = False
+        while by_ancestry and p is not None and p > 1 and hops < 256:
+            if p == me:
+                descendant = True
+                break
+            p, hops = parents.get(p), hops + 1
+        env = _environ(pid) if not descendant else {}
+        if descendant or env.get(OWNER_VAR) == OWNER:
+            env = env or _environ(pid)
+            job = env.get("TRAINING_JOB_NAME")
+            out[pid] = f"{pid} [{state}] {_cmdline(pid)[:160]}" + (f" (job {job})" if job else "")
+    return out
+
+
+def listening_sockets() -> dict[tuple[str, str], str]:
+    """LISTEN TCP sockets in this network namespace: (local address:port, inode) → family."""
+    out = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A":
+                out[(fields[1], fields[9])] = name
+    return out
+
+
+def socket_owners(inodes: set[str]) -> dict[str, int]:
+    """Which PID holds each socket inode (scan of /proc/*/fd)."""
+    found: dict[str, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                found[link[8:-1]] = int(entry)
+    return found
+
+
+def _docker_leftovers() -> list[str]:
+    if not (Path("/var/run/docker.sock").exists() or os.environ.get("DOCKER_HOST")):
+        return []
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+    except Exception:
+        return []
+    label = f"sagemaker-emulator.owner-pid={OWNER}"
+    try:
+        found = client.containers.list(all=True, filters={"label": label})
+        containers = [f"container {c.name}" for c in found]
+        networks = [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
+    except Exception:
+        return []
+    return containers + networks
+
+
+def _temp_trees() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("sm-emulator-*")}
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test if it leaves a process, container, listening port or temp tree behind."""
+    procs_before = set(our_processes())
+    sockets_before = set(listening_sockets())
+    trees_before = _temp_trees()
+    yield
+    deadline = time.monotonic() + LEAK_GRACE
+    while True:
+        leaked = {p: d for p, d in our_processes().items() if p not in procs_before}
+        if not leaked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    problems = [f"process {d}" for d in leaked.values()]
+    new_sockets = {k for k in listening_sockets() if k not in sockets_before}
+    if new_sockets:
+        ours = set(our_processes()) | {os.getpid()}
+        owners = socket_owners({inode for _, inode in new_sockets})
+        for addr, inode in sorted(new_sockets):
+            if owners.get(inode) in ours:
+                problems.append(f"listening socket {addr} (pid {owners[inode]})")
+    problems += [f"temp tree {tempfile.gettempdir()}/{n}" for n in sorted(_temp_trees() - trees_before)]
+    problems += _docker_leftovers()
+    _kill(set(leaked))
+    if problems:
+        pytest.fail(f"{request.node.nodeid} left behind:\n  " + "\n  ".join(problems), pytrace=False)
