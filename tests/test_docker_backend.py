@@ -128,7 +128,9 @@ def _wait_log(path: Path, text: str, timeout: float = WAIT) -> str:
     return path.read_text() if path.exists() else ""
 
 
-SCRIPT = ("hostname; getent hosts algo-1 algo-2; echo ifname=$GLOO_SOCKET_IFNAME; "
+SCRIPT = ("hostname; for i in $(seq 200); do getent hosts algo-1 algo-2 | grep -q algo-1 && "
+          "getent hosts algo-2 >/dev/null && break; sleep 0.1; done; getent hosts algo-1 algo-2; "
+          "echo ifname=$GLOO_SOCKET_IFNAME; sleep 2; "
           "ls /opt/sm-emulator/inhost >/dev/null && echo inhost-ok; "
           "echo hi > /opt/ml/output/data/from-$(hostname); mkdir -p /opt/ml/model/sub; "
           "touch /opt/ml/model/sub/m; exit {rc}")
