@@ -71,9 +71,9 @@ def strategy_for(backend):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=["ddp", "smddp"], default="ddp")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     parser.add_argument("--data-dir", default=os.environ.get("SM_CHANNEL_TRAINING", "data"))
     args = parser.parse_args()
@@ -82,7 +82,7 @@ def main():
     tokenizer, dataset = load(args.data_dir)
     strategy, num_nodes = strategy_for(args.backend)
     # The strategy already names the accelerator under smddp (AWS's pattern); Lightning refuses both.
-    accelerator = None if args.backend == "smddp" else "gpu"
+    accelerator = "auto" if args.backend == "smddp" else "gpu"
     trainer = pl.Trainer(accelerator=accelerator, devices=int(os.environ["SM_NUM_GPUS"]),
                          num_nodes=num_nodes, strategy=strategy, max_epochs=args.epochs,
                          enable_progress_bar=False, enable_checkpointing=False, logger=False,

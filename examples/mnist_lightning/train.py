@@ -73,7 +73,7 @@ def main():
     pl.seed_everything(0)
     strategy, num_nodes = strategy_for(args.backend)
     # The strategy already names the accelerator under smddp (AWS's pattern); Lightning refuses both.
-    accelerator = None if args.backend == "smddp" else "gpu"
+    accelerator = "auto" if args.backend == "smddp" else "gpu"
     trainer = pl.Trainer(accelerator=accelerator, devices=int(os.environ["SM_NUM_GPUS"]),
                          num_nodes=num_nodes, strategy=strategy, max_epochs=args.epochs,
                          enable_progress_bar=False, enable_checkpointing=False, logger=False,
