@@ -10,6 +10,7 @@ the matrix runs the ``smddp`` variant on ml.p4d.24xlarge.
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import sagemaker
@@ -28,8 +29,9 @@ def main():
     parser.add_argument("--backend", choices=sorted(DISTRIBUTIONS), default="ddp")
     args = parser.parse_args()
     session = sagemaker.Session()
-    channel = generate(HERE.parent / ".data" / "training")
-    training = session.upload_data(str(channel), key_prefix="examples/bert_lightning/training")
+    with tempfile.TemporaryDirectory() as tmp:  # generated data, uploaded to the job's S3 input
+        channel = generate(Path(tmp) / "training")
+        training = session.upload_data(str(channel), key_prefix="examples/bert_lightning/training")
     estimator = PyTorch(
         entry_point="train.py",
         source_dir=str(HERE),

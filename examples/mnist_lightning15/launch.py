@@ -4,13 +4,12 @@ On SageMaker: ``python mnist_lightning15/launch.py [--backend ddp|smddp]``
 (with AWS credentials and a role). On the emulator:
 ``SAGEMAKER_EMULATOR_GPUS_PER_HOST=2 python -m emulator launch
 examples/mnist_lightning15/launch.py [--backend ddp|smddp]``.
-Lightning 1.5 ``DDPPlugin``. Build the repacked wheel first:
-``python examples/mnist_lightning15/repack_wheel.py``
-(see README.md).
+Lightning 1.5 ``DDPPlugin``; builds ``wheels/`` (the repacked wheel, see README.md) first.
 """
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import sagemaker
@@ -18,6 +17,7 @@ from sagemaker.pytorch import PyTorch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from examples.data import generate
+from examples.mnist_lightning15.repack_wheel import ensure as ensure_wheel
 
 HERE = Path(__file__).resolve().parent
 DISTRIBUTIONS = {"ddp": {"torch_distributed": {"enabled": True}},
@@ -28,9 +28,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=sorted(DISTRIBUTIONS), default="ddp")
     args = parser.parse_args()
+    ensure_wheel()  # wheels/ ships with source_dir; requirements.txt finds it there
     session = sagemaker.Session()
-    channel = generate(HERE.parent / ".data" / "training")
-    training = session.upload_data(str(channel), key_prefix="examples/mnist_lightning15/training")
+    with tempfile.TemporaryDirectory() as tmp:  # generated data, uploaded to the job's S3 input
+        channel = generate(Path(tmp) / "training")
+        training = session.upload_data(str(channel), key_prefix="examples/mnist_lightning15/training")
     estimator = PyTorch(
         entry_point="train.py",
         source_dir=str(HERE),

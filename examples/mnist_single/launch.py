@@ -8,6 +8,7 @@ One CPU host, plain torch, no distribution.
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import sagemaker
@@ -23,8 +24,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.parse_args()
     session = sagemaker.Session()
-    channel = generate(HERE.parent / ".data" / "training")
-    training = session.upload_data(str(channel), key_prefix="examples/mnist_single/training")
+    with tempfile.TemporaryDirectory() as tmp:  # generated data, uploaded to the job's S3 input
+        channel = generate(Path(tmp) / "training")
+        training = session.upload_data(str(channel), key_prefix="examples/mnist_single/training")
     estimator = PyTorch(
         entry_point="train.py",
         source_dir=str(HERE),

@@ -9,6 +9,7 @@ Plain-torch DDP written for GPUs, under torchrun or under pytorchddp (mpirun + s
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import sagemaker
@@ -27,8 +28,9 @@ def main():
     parser.add_argument("--distribution", choices=sorted(DISTRIBUTIONS), default="torch_distributed")
     args = parser.parse_args()
     session = sagemaker.Session()
-    channel = generate(HERE.parent / ".data" / "training")
-    training = session.upload_data(str(channel), key_prefix="examples/torch_ddp/training")
+    with tempfile.TemporaryDirectory() as tmp:  # generated data, uploaded to the job's S3 input
+        channel = generate(Path(tmp) / "training")
+        training = session.upload_data(str(channel), key_prefix="examples/torch_ddp/training")
     estimator = PyTorch(
         entry_point="train.py",
         source_dir=str(HERE),
