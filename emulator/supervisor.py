@@ -231,11 +231,13 @@ class _JobRun:
         self.deadline = time.monotonic() + request.max_runtime_seconds
         attempts: list[_Attempt] = []
         interrupted = False
+        diagnostics: list[Any] = []
         try:
             while True:
                 attempts.append(self.attempt(len(attempts)))
                 if attempts[-1].outcome != "Interrupted":
                     break
+            diagnostics = _diagnostics(self.diag_dir)  # before the scratch tree goes
         except KeyboardInterrupt:
             interrupted = True
             self.clock.enter("Stopping")
@@ -252,7 +254,6 @@ class _JobRun:
         model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
         failure_reason = _failure_reason(hosts, last.first) if last.outcome == "Failed" else None
-        diagnostics = _diagnostics(self.diag_dir) if self.diag_dir.exists() else []
         warnings = _quirk_warnings(hosts, request)
         self.clock.enter(last.secondary, MESSAGES.get(last.secondary))
         self.clock.close()
