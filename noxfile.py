@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import nox
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
-EXTRAS = ".[torch,docker,sdk,test]"
+EXTRAS = ".[torch,docker,sdk,test,examples]"
 
 
 def _install(session: nox.Session, *extra: str) -> None:
@@ -38,11 +40,10 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "emulator", "fixtures")
 
 
-@nox.session(default=False)
+@nox.session(python=False, default=False)
 def image(session: nox.Session) -> None:
-    """Build the docker base (debootstrap) and the emulator image; cached by input hash."""
-    session.install("docker>=7")
-    session.run("python", "docker/build.py", *session.posargs)
+    """Build the docker base (debootstrap) and the emulator image; skipped when inputs are unchanged."""
+    session.run(sys.executable, "docker/build.py", *session.posargs)
 
 
 @nox.session(default=False)

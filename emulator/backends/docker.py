@@ -41,6 +41,8 @@ from .base import HostSpec, JobSpec, Mount
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
 IMAGE_SESSION = "nox -s image"
 INHOST_ROOT = "/opt/sm-emulator/inhost"
+#: PATH of the emulator image (docker/Dockerfile ENV).
+IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LABEL = "sagemaker-emulator"
 LABEL_JOB = f"{LABEL}.job"
 LABEL_HOST = f"{LABEL}.host"
@@ -392,7 +394,9 @@ class DockerBackend:
                 f"docker image {image} is not on this engine: {hint}") from None
 
     def base_env(self) -> dict[str, str]:
-        return {}
+        """Only the image's ``PATH`` (docker does not expand ``$PATH``; the plan puts the in-host
+        ``bin/`` before it). Everything else comes from the image's ``ENV``."""
+        return {"PATH": IMAGE_PATH}
 
     def train_command(self) -> list[str]:
         return ["train"]
