@@ -77,8 +77,17 @@ def start_host(cmd: dict[str, Any]) -> None:
                      ["link", "set", "eth0", "up"]):
             subprocess.run(inside + args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     except subprocess.CalledProcessError as exc:
-        os.kill(child, signal.SIGKILL)
-        emit("error", host=host, message=f"network setup failed: {exc.stderr.decode(errors='replace')}")
+        # Most often the host died during its own set-up (bwrap's reason is in its log).
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(block_w)
+        code = proc.wait()
+        _exited.add(host)
+        emit("exited", host=host, code=code if code else 1,
+             error=f"network set-up failed: {exc.stderr.decode(errors='replace').strip()}")
+        return
     _hosts[host] = child
     os.write(block_w, b"1")
     os.close(block_w)

@@ -154,6 +154,9 @@ class ProcessJob:
             host.ns_pid = int(event["pid"])
         elif kind == "exited" and host is not None:
             host.returncode = int(event["code"])
+            if event.get("error"):
+                with open(host.spec.log_path, "a") as log:
+                    log.write(f"[emulator] {host.name} could not start: {event['error']}\n")
         elif kind == "agent-exit":
             for h in self.hosts.values():
                 if h.returncode is None:
@@ -307,7 +310,9 @@ class ProcessBackend:
             shutil.copyfile("/etc/environment", env_file)
         else:
             env_file.write_text("")
-        argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--unshare-uts", "--unshare-pid",
+        # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
+        # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
+        argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
                 "--unshare-ipc", "--hostname", spec.name, "--die-with-parent", "--as-pid-1",
                 "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
                 "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
