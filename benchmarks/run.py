@@ -36,7 +36,7 @@ METRICS = ("wall_s", "first_line_s", "tail_s", "emulator_cpu_s", "hosts_cpu_s", 
            "peak_rss_mb", "peak_private_mb", "rank_peak_rss_mb")
 TORCH_DIST = {"torch_distributed": {"enabled": True}}
 PYTORCHDDP = {"pytorchddp": {"enabled": True}}
-FAST_ENV = {"EMULATOR_FAST_START": "1"}
+FAST_ENV: dict[str, str] = {}  # fast start is the request's fast_start option (backend "fast")
 ROOT = Path(__file__).resolve().parent.parent
 
 

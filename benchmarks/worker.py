@@ -3,7 +3,7 @@
 Kinds of spec:
 
 * ``emulator``: ``emulator.run(...)`` on ``backend`` (``process``, ``docker``, or ``fast`` — the
-  process backend with fast rank start, see :mod:`benchmarks.faststart`). ``RUSAGE_SELF`` around
+  process backend with ``fast_start=True``). ``RUSAGE_SELF`` around
   the call is the emulator's own CPU (supervisor thread, log tailer, agent reader, archives,
   ``job.json``); ``RUSAGE_CHILDREN`` is every host's CPU: the chain rank → torchrun → toolkit
   (host PID 1) → ``bwrap`` → namespace agent → ``unshare`` → this process is waited for link by
@@ -89,13 +89,12 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     src.mkdir()
     shutil.copy(WORKLOADS / spec["script"], src / spec["script"])
     backend: Any = spec.get("backend", "process")
-    if backend == "fast":
-        from .faststart import fast_backend
-
-        backend = fast_backend(work / "inhost", preload=spec.get("preload", "torch"))
+    fast = backend == "fast"
+    if fast:
+        backend = "process"
     kwargs = dict(entry_point=spec["script"], source_dir=str(src), instance_count=spec["hosts"],
                   instance_type=spec.get("instance_type", "ml.p4d.24xlarge"),
-                  output_path=str(work / "out"), environment=dict(spec.get("env", {})))
+                  output_path=str(work / "out"), environment=dict(spec.get("env", {})), fast_start=fast)
     if spec.get("gpus") is not None:
         kwargs["gpus_per_host"] = spec["gpus"]
     if spec.get("distribution"):

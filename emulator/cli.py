@@ -60,6 +60,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="pytorchddp as SDK >=2.221.1 sends it (smdistributed) or as 2022's SDK did")
     p.add_argument("--short-toolkit-sleeps", action="store_true",
                    help="cap the toolkit's fixed 30-s MPI sleeps at 1 s (a deviation; never for --real comparisons)")
+    p.add_argument("--fast-start", action="store_true",
+                   help="fork torchrun and its ranks from a pre-imported interpreter per host (see README)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
 
@@ -77,7 +79,7 @@ def _request(args: argparse.Namespace) -> Any:
         checkpoint_dir=args.checkpoint_dir, image_uri=args.image,
         pytorchddp_encoding=args.pytorchddp_encoding,
         forward_aws_credentials=args.forward_aws_credentials,
-        short_toolkit_sleeps=args.short_toolkit_sleeps)
+        short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start)
 
 
 def parser() -> argparse.ArgumentParser:

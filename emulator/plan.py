@@ -132,6 +132,8 @@ def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
                    "AWS_REGION": request.region})
     if request.short_toolkit_sleeps:
         common["EMULATOR_SHORT_TOOLKIT_SLEEPS"] = "1"
+    if request.fast_start:
+        common["EMULATOR_FAST_START"] = "1"
     common.update(request.environment)
     plans = []
     for host, address in zip(request.hosts, addresses):

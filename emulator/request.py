@@ -93,6 +93,8 @@ class JobRequest:
     heterogeneous: bool = False
     #: Opt-in deviation: cap the toolkit's fixed 30-s MPI-family sleeps at 1 s.
     short_toolkit_sleeps: bool = False
+    #: Opt-in: fork torchrun and its ranks from one pre-imported interpreter per host.
+    fast_start: bool = False
 
     @property
     def hosts(self) -> list[str]:
@@ -199,6 +201,7 @@ def create(
     pytorchddp_encoding: Literal["smdistributed", "pytorch_ddp"] = "smdistributed",
     container_log_level: int = 20,
     short_toolkit_sleeps: bool = False,
+    fast_start: bool = False,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -261,6 +264,7 @@ def create(
         forward_aws_credentials=forward_aws_credentials,
         heterogeneous=hetero,
         short_toolkit_sleeps=short_toolkit_sleeps,
+        fast_start=fast_start,
     )
     validate(request)
     return request

@@ -265,7 +265,8 @@ class _JobRun:
             "SpotInterruptions": sum(a.outcome == "Interrupted" for a in attempts),
             "Faults": [e for a in attempts for e in a.events],
             "Warnings": warnings,
-            "Deviations": ["toolkit MPI sleeps capped at 1 s"] if request.short_toolkit_sleeps else [],
+            "Deviations": [text for on, text in ((request.short_toolkit_sleeps, "toolkit MPI sleeps capped at 1 s"),
+                                                 (request.fast_start, "fast rank start (forked ranks)")) if on],
         })
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:

@@ -14,3 +14,7 @@ if os.environ.get("EMULATOR_INHOST") == "1":
         pass
     else:
         _sm_emulator_hooks.install()
+    if os.environ.get("EMULATOR_FAST_START") == "1":  # opt-in: see _sm_emulator_faststart
+        import _sm_emulator_faststart
+
+        _sm_emulator_faststart.activate()
