@@ -39,7 +39,8 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 CONTEXT_FILES = ("requirements.in", "requirements.txt", "entrypoint.sh")
 #: Needed offline to build the sdists in the image (pinned in requirements.txt, not installed).
 BUILD_ONLY = ["setuptools", "wheel", "build", "cython>=3.0.1"]
-SDIST_ONLY = {"sagemaker-training", "sagemaker-pytorch-training", "mpi4py", "inotify-simple"}
+#: mpi4py is NOT here: its manylinux wheel (4.x) loads the image's Open MPI 4.1 at run time.
+SDIST_ONLY = {"sagemaker-training", "sagemaker-pytorch-training", "inotify-simple"}
 
 
 def _norm(name: str) -> str:
