@@ -7,6 +7,7 @@ job on hosts ``algo-1..N`` on this machine, each with the real ``/opt/ml`` tree 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,10 +17,13 @@ __all__ = ["run"]
 
 
 def run(*, backend: str = "process", stop_grace: float = 120.0, keep_hosts: bool = False,
-        echo: bool = True, **estimator_kwargs: Any) -> JobResult:
-    """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`."""
+        echo: bool = True, faults: Sequence[Any] = (), **estimator_kwargs: Any) -> JobResult:
+    """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`.
+
+    ``faults``: :mod:`emulator.faults` values or their CLI strings (``"kill:algo-2:SIGKILL@5s"``).
+    """
     from .request import create
     from .supervisor import run as run_job
 
     return run_job(create(**estimator_kwargs), backend=backend, stop_grace=stop_grace,
-                   keep_hosts=keep_hosts, echo=echo)
+                   keep_hosts=keep_hosts, echo=echo, faults=faults)

@@ -91,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-grace", type=float, default=120.0,
                      help="seconds between SIGTERM and SIGKILL when the job is stopped (SageMaker: 120)")
     run.add_argument("--keep-hosts", action="store_true", help="keep each host's /opt/ml tree")
+    run.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                     help="inject a fault, e.g. kill:algo-2:SIGKILL@5s, freeze:algo-2@log=/epoch 2/, spot@10s "
+                          "(see emulator/faults.py)")
     run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
     plan = sub.add_parser("plan", help="print each host's files, environment and commands; start nothing")
     _job_flags(plan)
@@ -108,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .supervisor import run
 
             result = run(_request(args), backend=args.backend, stop_grace=args.stop_grace,
-                         keep_hosts=args.keep_hosts, echo=not args.quiet)
+                         keep_hosts=args.keep_hosts, echo=not args.quiet, faults=args.fault)
             if args.quiet:
                 print(f"{result.job_name}: {result.status}" +
                       (f" — {result.failure_reason}" if result.failure_reason else ""))

@@ -165,7 +165,10 @@ class _JobRun:
             _say(self.stream, f"{request.job_name}: starting {len(specs)} host(s) on the {be.name} backend, "
                  f"runner {job_plan.runner}", self.echo)
             handle = be.start(JobSpec(job_id=job_id, hosts=specs, scratch=self.scratch / f"backend-{number}"))
-            self.injector = _make_injector(self.faults, handle, number)
+            if self.faults:
+                from .faults import FaultInjector
+
+                self.injector = FaultInjector(self.faults, handle, time.monotonic())
             while True:
                 now = time.time()
                 for name, host in handle.hosts.items():
@@ -181,7 +184,7 @@ class _JobRun:
                     outcome, secondary = "Completed", "Completed"
                     break
                 if self.injector is not None:
-                    events += [_event_dict(e) for e in self.injector.tick(now)]
+                    events += [_event_dict(e) for e in self.injector.tick(time.monotonic())]
                     if self.injector.spot_requested():
                         _say(self.stream, "spot interruption: stopping every host", self.echo)
                         self.clock.enter("Interrupted", "Training job interrupted (emulated spot reclaim)")
@@ -203,10 +206,13 @@ class _JobRun:
                     break
                 time.sleep(POLL_INTERVAL)
         finally:
+            if self.injector is not None:  # thaw frozen hosts; faults not fired carry over a restart
+                events += [_event_dict(e) for e in self.injector.close(time.monotonic())]
+                self.faults = self.injector.pending()
+                self.injector = None
             if handle is not None:
                 handle.teardown(FAIL_FAST_GRACE)
             tailer.stop()
-            self.injector = None
         hosts = []
         for h in job_plan.hosts:
             rc = handle.hosts[h.name].poll() if handle is not None else None
@@ -295,6 +301,12 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     when interrupted.
     """
     be = get_backend(backend) if isinstance(backend, str) else backend
+    if faults:
+        from . import faults as fault_specs
+
+        faults = fault_specs.parse_all(f for f in faults if isinstance(f, str)) + tuple(
+            f for f in faults if not isinstance(f, str))
+        fault_specs.check(faults, request.hosts)
     be.check()
     runner = runner_for(request.hyperparameters)
     if be.name == "process" and os.geteuid() != 0 and runner in ("mpi", "smdataparallel"):
@@ -304,16 +316,6 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
             "root, or use --backend docker.")
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
                    keep_hosts=keep_hosts, faults=faults, stop=stop).run()
-
-
-def _make_injector(faults: Sequence[Any], handle: JobHandle, attempt: int) -> Any:
-    if not faults:
-        return None
-    from .faults import FaultInjector
-
-    # a spot fault fires once: the restarted job runs without it
-    active = [f for f in faults if attempt == 0 or type(f).__name__ != "Spot"]
-    return FaultInjector(active, handle, time.time()) if active else None
 
 
 def _event_dict(event: Any) -> dict[str, Any]:
