@@ -34,7 +34,9 @@ def build_archive(target: Path, roots: Iterable[Path], *, always: bool) -> Path 
 
 
 def safe_extract(archive: Path, dest: Path) -> None:
-    """Extract a user's tarball refusing absolute paths, ``..``, links out and device files."""
+    """Extract a user's tarball safely (tarfile's ``data`` filter): members with ``..`` or links
+    pointing outside ``dest`` and device files are refused; absolute names are made relative, so
+    nothing lands outside ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")

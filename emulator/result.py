@@ -25,10 +25,12 @@ class Transition:
     status: str
     start: float
     end: float | None
-    message: str
+    message: str | None  # None where SageMaker's text is not known
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"Status": self.status, "StartTime": iso(self.start), "StatusMessage": self.message}
+        d = {"Status": self.status, "StartTime": iso(self.start)}
+        if self.message is not None:
+            d["StatusMessage"] = self.message
         if self.end is not None:
             d["EndTime"] = iso(self.end)
         return d

@@ -30,8 +30,6 @@ from .archives import build_archive
 from .backends import HostSpec, JobSpec, get_backend
 from .backends.base import Backend, JobHandle, Mount
 from .console import LogTailer, paint, table, tail
-from .distribution import runner_for
-from .errors import BackendUnavailable
 from .request import JobRequest
 from .result import FAILURE_REASON_LIMIT, HostOutcome, JobResult, Transition, iso, write_description
 
@@ -53,9 +51,8 @@ MESSAGES = {
     "Failed": "Training job failed",
     "Stopping": "Stopping the training job",
     "Stopped": "Training job stopped",
-    "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded",
-    "Interrupted": "Training job interrupted",
 }
+# MaxRuntimeExceeded and Interrupted have no known StatusMessage text: reported without one.
 
 
 @dataclass
@@ -67,7 +64,7 @@ class _Clock:
         if self.transitions:
             last = self.transitions[-1]
             self.transitions[-1] = Transition(last.status, last.start, now, last.message)
-        self.transitions.append(Transition(status, now, None, message or MESSAGES[status]))
+        self.transitions.append(Transition(status, now, None, message or MESSAGES.get(status)))
 
     def close(self) -> None:
         last = self.transitions[-1]
@@ -187,7 +184,7 @@ class _JobRun:
                     events += [_event_dict(e) for e in self.injector.tick(time.monotonic())]
                     if self.injector.spot_requested():
                         _say(self.stream, "spot interruption: stopping every host", self.echo)
-                        self.clock.enter("Interrupted", "Training job interrupted (emulated spot reclaim)")
+                        self.clock.enter("Interrupted")
                         handle.teardown(self.stop_grace)
                         outcome, secondary = "Interrupted", "Interrupted"
                         break
@@ -261,7 +258,7 @@ class _JobRun:
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
         failure_reason = _failure_reason(hosts, last.first) if last.outcome == "Failed" else None
         warnings = _quirk_warnings(hosts, request)
-        self.clock.enter(last.secondary, MESSAGES.get(last.secondary))
+        self.clock.enter(last.secondary)
         self.clock.close()
         end = time.time()
         description = _describe(request, self.clock, created, end, last.outcome, last.secondary, failure_reason,
@@ -308,12 +305,6 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
             f for f in faults if not isinstance(f, str))
         fault_specs.check(faults, request.hosts)
     be.check()
-    runner = runner_for(request.hyperparameters)
-    if be.name == "process" and os.geteuid() != 0 and runner in ("mpi", "smdataparallel"):
-        raise BackendUnavailable(
-            f"the {runner} runner starts ranks with mpirun over ssh, and the process backend can run "
-            "sshd in its hosts only as root (an unprivileged user namespace denies setgroups). Run as "
-            "root, or use --backend docker.")
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
                    keep_hosts=keep_hosts, faults=faults, stop=stop).run()
 
@@ -347,7 +338,8 @@ def _failure_reason(hosts: Sequence[HostOutcome], first: tuple[str, int, float] 
         if h.failure:
             return ("AlgorithmError: " + h.failure.strip())[:FAILURE_REASON_LIMIT]
     code = first[1] if first else 1
-    return f"AlgorithmError: Exit Code: {code}"
+    # as a container's exit status: killed by signal N is 128+N (docker's convention)
+    return f"AlgorithmError: Exit Code: {128 - code if code < 0 else code}"
 
 
 def _diagnostics(diag_dir: Path) -> list[Any]:

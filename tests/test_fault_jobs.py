@@ -1,0 +1,106 @@
+"""Faults injected through the supervisor (``faults=`` / ``--fault``), end to end.
+
+Detection bounds use the emulator's own timestamps (fault events and ``job.json``), never the
+wall clock of the whole test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import emulator
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _t(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_sigkill_of_a_host_fails_the_job_within_seconds(tmp_path: Path) -> None:
+    result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
+                          job_name="kill-host", echo=False, stop_grace=2,
+                          faults=["kill:algo-2:SIGKILL@log=/READY/"])
+    assert (result.status, result.secondary_status) == ("Failed", "Failed")
+    assert result.first_failure == "algo-2"
+    host = {h.name: h for h in result.hosts}
+    assert host["algo-2"].exit_code == -9 and host["algo-2"].how == "signal SIGKILL"
+    assert result.failure_reason == "AlgorithmError: Exit Code: 137"
+    desc = result.description
+    [event] = desc["Emulator"]["Faults"]
+    assert event["Action"] == "signal SIGKILL" and event["Host"] == "algo-2"
+    detected = _t(desc["Emulator"]["FirstFailure"]["Time"]) - event["Wall"]
+    ended = _t(desc["TrainingEndTime"]) - event["Wall"]
+    assert 0 <= detected < 5, detected  # the supervisor saw the dead host
+    assert ended < 15, ended  # and stopped algo-1 (stuck forever) promptly
+
+
+def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
+    result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
+                          job_name="freeze", echo=False, stop_grace=1, max_run=20,
+                          faults=["freeze:algo-2@log=/READY/"])
+    assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
+    assert result.failure_reason is None
+    statuses = [t["Status"] for t in result.description["SecondaryStatusTransitions"]]
+    assert statuses[-3:] == ["Stopping", "Uploading", "MaxRuntimeExceeded"]
+    actions = [e["Action"] for e in result.description["Emulator"]["Faults"]]
+    assert "SIGSTOP" in actions[0], actions
+
+
+def test_network_cut_host_hangs_its_peer_until_max_runtime(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "talk.py").write_text(
+        "import socket, time\n"
+        "print('READY', flush=True)\n"
+        "time.sleep(2)\n"
+        "peer = 'algo-1' if socket.gethostname() == 'algo-2' else 'algo-2'\n"
+        "try:\n"
+        "    socket.create_connection((peer, 9), timeout=2)\n"
+        "except OSError as e:\n"
+        "    print('CONNECT', type(e).__name__, flush=True)\n")
+    result = emulator.run(entry_point="talk.py", source_dir=src, instance_count=2, output_path=tmp_path / "o",
+                          job_name="netcut", echo=False, stop_grace=1, max_run=60,
+                          faults=["netcut:algo-2@log=/READY/"])
+    assert result.status == "Completed"
+    # Port 9 is closed: with the network intact each side would be refused at once. The cut host
+    # has no link and its peer gets no answer, so neither is refused.
+    for host in ("algo-1", "algo-2"):
+        log = result.log(host)
+        assert "CONNECT" in log and "ConnectionRefusedError" not in log, log[-500:]
+
+
+def test_spot_interruption_resumes_from_checkpoints(tmp_path: Path) -> None:
+    plain = emulator.run(entry_point="checkpointed.py", source_dir=SCRIPTS, output_path=tmp_path / "a",
+                         job_name="spot-baseline", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-a")
+    assert plain.status == "Completed"
+    spot = emulator.run(entry_point="checkpointed.py", source_dir=SCRIPTS, output_path=tmp_path / "b",
+                        job_name="spot", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-b",
+                        faults=["spot@log=/step 5/"])
+    assert (spot.status, spot.secondary_status) == ("Completed", "Completed")
+    desc = spot.description
+    assert desc["Emulator"]["SpotInterruptions"] == 1
+    statuses = [t["Status"] for t in desc["SecondaryStatusTransitions"]]
+    assert statuses == ["Starting", "Downloading", "Training", "Interrupted", "Starting", "Downloading",
+                        "Training", "Uploading", "Completed"]
+    log = spot.log("algo-1")
+    resumed = [line for line in log.splitlines() if line.startswith("resumed from step")]
+    assert len(resumed) == 1
+    loaded = int(resumed[0].split()[-1])
+    assert loaded >= 5  # the checkpoint restored into /opt/ml/checkpoints was the last one written
+    assert json.loads(spot.model_files()["final.json"]) == json.loads(plain.model_files()["final.json"]) == {
+        "steps": 12}
+    assert json.loads((tmp_path / "ck-b" / "state.json").read_text()) == {"step": 12}
+    assert desc["BillableTimeInSeconds"] <= desc["TrainingTimeInSeconds"]
+
+
+def test_cli_fault_flag_and_bad_fault_is_a_request_error(tmp_path: Path) -> None:
+    bad = subprocess.run([sys.executable, "-m", "emulator", "run", "--entry-point", "sleeper.py", "--source-dir",
+                          str(SCRIPTS), "--output-dir", str(tmp_path), "--fault", "kill:algo-7"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--fault" in bad.stderr and "algo-7" in bad.stderr
+    assert not any(tmp_path.iterdir())  # nothing was written, no host started
