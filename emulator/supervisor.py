@@ -405,6 +405,8 @@ def _summary(result: JobResult, stream: TextIO, echo: bool, first: tuple[str, in
         stream.write("\n".join("    " + line for line in tail(host.log, FAILED_LOG_LINES).splitlines()) + "\n")
     if result.failure_reason:
         stream.write(f"FailureReason: {result.failure_reason}\n")
+    for w in result.warnings:
+        stream.write(paint(f"warning: {w}", "33", stream) + "\n")
     for d in result.diagnostics:
         stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
     stream.write(f"job.json: {result.job_dir / 'job.json'}\n")

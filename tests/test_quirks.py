@@ -88,3 +88,6 @@ def test_native_launcher_quirk_is_reproduced_by_the_real_toolkit(tmp_path: Path)
     warnings = quirks.detect({h.name: result.log(h.name) for h in result.hosts}, hps)
     assert any("native_launcher" in w for w in warnings), warnings
     assert any(w.startswith("algo-1: the toolkit received exit code 1") for w in warnings), warnings
+    # the supervisor reports the same warnings in the result and in job.json
+    assert list(result.warnings) == warnings
+    assert result.description["Emulator"]["Warnings"] == warnings
