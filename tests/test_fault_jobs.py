@@ -104,3 +104,10 @@ def test_cli_fault_flag_and_bad_fault_is_a_request_error(tmp_path: Path) -> None
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--fault" in bad.stderr and "algo-7" in bad.stderr
     assert not any(tmp_path.iterdir())  # nothing was written, no host started
+
+
+def test_pytest_fixture_takes_faults(sagemaker_job) -> None:  # type: ignore[no-untyped-def]
+    result = sagemaker_job(entry_point="sleeper.py", source_dir=SCRIPTS, stop_grace=1,
+                           faults=["kill:algo-1:SIGKILL@log=/READY/"])
+    assert (result.status, result.first_failure) == ("Failed", "algo-1")
+    assert result.failure_reason == "AlgorithmError: Exit Code: 137"
