@@ -22,7 +22,8 @@ job and never leave it.
 Not emulated: the DLC's ``sshd`` configuration byte for byte (only the settings above are
 chosen to match what the toolkit relies on); ``pam_loginuid`` is made optional, as the DLC's
 Dockerfiles do. Unavailable without root: an unprivileged user namespace cannot ``setgroups``,
-so ``sshd`` cannot switch to its privilege-separation user or log anyone in.
+so ``sshd`` cannot switch to its privilege-separation user or log anyone in; the process backend
+then uses the namespace agent's socket instead (see :mod:`.nsagent`).
 """
 
 from __future__ import annotations

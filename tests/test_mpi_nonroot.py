@@ -1,0 +1,97 @@
+"""MPI-family jobs on the process backend WITHOUT root: no sshd in the hosts (an unprivileged user
+namespace denies ``setgroups``), so ``mpirun`` (the toolkit's argv, unchanged) reaches the other
+hosts through ``OMPI_MCA_plm_rsh_agent=sm-emulator-rsh`` and the namespace agent's socket, and the
+toolkit's three sshd-bound functions are replaced in-host (``_sm_emulator_nosshd``).
+
+Skipped as root (the fallback is for non-root; root gets real sshd, see test_mpi_launch.py). CI
+runs this file as an ordinary user through ``.ci/unprivileged``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emulator
+from emulator.result import JobResult
+
+SCRIPTS = Path(__file__).parent / "scripts"
+BASE = dict(entry_point="mpi_env_report.py", source_dir=SCRIPTS, instance_count=2,
+            instance_type="ml.p4d.24xlarge", gpus_per_host=2, short_toolkit_sleeps=True)
+JOBS: dict[str, dict[str, Any]] = {
+    "mpi": dict(distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+                hyperparameters={"mode": "mpi"}),
+    "pytorchddp": dict(distribution={"pytorchddp": {"enabled": True}}, hyperparameters={"mode": "ddp"}),
+}
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() == 0, reason="the no-sshd fallback is for non-root (root runs real sshd; "
+                       "CI runs this file as a non-root user through .ci/unprivileged)"),
+    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or shutil.which("mpirun") is None,
+                       reason="needs Open MPI (mpirun) and mpi4py"),
+]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
+    return {name: emulator.run(output_path=tmp_path_factory.mktemp(name), job_name=f"nonroot-{name}",
+                               echo=False, stop_grace=2, **BASE, **extra)
+            for name, extra in JOBS.items()}
+
+
+def _ranks(result: JobResult) -> dict[int, dict[str, Any]]:
+    out = {}
+    for name, data in result.model_files().items():
+        m = re.fullmatch(r"env-(algo-\d+)-(\d+)\.json", name)
+        if m:
+            report = json.loads(data)
+            report["file_host"] = m.group(1)
+            out[int(m.group(2))] = report
+    return out
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_completes_without_sshd(jobs: dict[str, JobResult], name: str) -> None:
+    result = jobs[name]
+    assert result.status == "Completed", result.failure_reason
+    assert [h.exit_code for h in result.hosts] == [0, 0]
+    log1, log2 = result.log("algo-1"), result.log("algo-2")
+    # The toolkit's own mpirun argv, unchanged, in algo-1's log.
+    assert re.search(r"mpirun --host algo-1:2,algo-2:2 -np 4 --allow-run-as-root", log1)
+    assert "no sshd in hosts (not root)" in log1  # the replacement is announced
+    assert "Can connect to host algo-2" in log1  # _can_connect through the agent
+    assert "Orted process found" in log2  # orted started in algo-2 by sm-emulator-rsh, seen by psutil
+    assert "MPI training job status file found" in log2  # `sm-emulator-rsh algo-2 touch /tmp/done.algo-1`
+    assert "sm-emulator-rsh', 'algo-2', 'touch', '/tmp/done.algo-1'" in log1
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_every_rank(jobs: dict[str, JobResult], name: str) -> None:
+    seen = _ranks(jobs[name])
+    assert sorted(seen) == [0, 1, 2, 3]
+    for rank, r in seen.items():
+        env, host = r["env"], f"algo-{rank // 2 + 1}"
+        assert r["hostname"] == r["file_host"] == host
+        assert r["sum"] == 10.0 and r["comm_rank"] == rank  # all_reduce across both hosts
+        assert env["OMPI_COMM_WORLD_RANK"] == str(rank)
+        assert env["OMPI_COMM_WORLD_SIZE"] == "4"
+        assert env["OMPI_COMM_WORLD_LOCAL_RANK"] == str(rank % 2)
+        assert env["OMPI_COMM_WORLD_LOCAL_SIZE"] == "2"
+        assert env["OMPI_COMM_WORLD_NODE_RANK"] == str(rank % 2)
+        assert env["MASTER_ADDR"] == "algo-1" and env["MASTER_PORT"] == "7777"
+        assert env["NCCL_SOCKET_IFNAME"] == "eth0"
+        assert "SSH_CONNECTION" not in env  # no ssh: the documented difference
+        if name == "mpi":
+            assert env["SM_CURRENT_HOST"] == "algo-1"  # -x SM_*: the master's values everywhere
+        else:
+            # No -x SM_*: remote ranks get algo-2's own values from its /etc/environment, read as
+            # sshd's pam_env would (the agent's login environment).
+            assert env["SM_CURRENT_HOST"] == host
+            assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "4"
