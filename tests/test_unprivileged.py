@@ -30,3 +30,31 @@ def test_two_host_job_runs_and_leaves_files_owned_by_the_caller(tmp_path: Path) 
     uid = os.getuid()
     for path in result.job_dir.rglob("*"):
         assert path.lstat().st_uid == uid, path
+
+
+def test_docker_job_hands_root_written_files_back(tmp_path: Path) -> None:
+    """Containers run as root; every file under the job folder is the caller's afterwards."""
+    import pytest
+
+    from emulator.backends.docker import DockerBackend
+    from emulator.errors import BackendUnavailable
+
+    try:
+        DockerBackend().check()
+    except BackendUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the docker backend is unavailable: {exc}")
+        pytest.skip(f"docker backend unavailable: {exc}")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text(
+        "import os\nos.makedirs('/opt/ml/output/data/sub', exist_ok=True)\n"
+        "open('/opt/ml/output/data/sub/o.txt', 'w').write('x')\nopen('/opt/ml/model/m.txt', 'w').write('m')\n")
+    result = emulator.run(backend="docker", entry_point="train.py", source_dir=src, instance_count=2,
+                          output_path=tmp_path / "out", job_name="ownership", echo=False, stop_grace=2,
+                          keep_hosts=True)
+    assert result.status == "Completed", result.failure_reason
+    assert set(result.model_files()) == {"m.txt"}
+    uid = os.getuid()
+    owned = [p for p in result.job_dir.rglob("*") if p.lstat().st_uid != uid]
+    assert owned == []
