@@ -212,3 +212,18 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     _kill(set(leaked))
     if problems:
         pytest.fail(f"{request.node.nodeid} left behind:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def docker_ready() -> None:
+    """Skip when the docker backend cannot run here (no engine or no image), with the reason;
+    under ``CI=true`` that is a failure instead: CI must have built the image."""
+    from emulator.backends.docker import DockerBackend
+    from emulator.errors import BackendUnavailable
+
+    try:
+        DockerBackend().check()
+    except BackendUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the docker backend is unavailable: {exc}")
+        pytest.skip(f"docker backend unavailable: {exc}")

@@ -7,7 +7,6 @@ differences). ``test_comparison_catches_a_changed_variable`` proves the comparis
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,20 +38,6 @@ DOCUMENTED = {
     "TORCHELASTIC_USE_AGENT_STORE": "torchrun internals",
     "EMULATOR_DIAG_DIR": "same path; listed for clarity",
 }
-
-
-@pytest.fixture
-def docker_ready() -> None:
-    """Skip (fail under CI=true) when the docker backend cannot run here."""
-    from emulator.backends.docker import DockerBackend
-    from emulator.errors import BackendUnavailable
-
-    try:
-        DockerBackend().check()
-    except BackendUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the docker backend is unavailable: {exc}")
-        pytest.skip(f"docker backend unavailable: {exc}")
 
 
 def dumps(result: emulator.JobResult) -> dict[str, dict[str, Any]]:  # type: ignore[name-defined]

@@ -48,15 +48,9 @@ def test_import_emulator_does_not_import_docker() -> None:
 
 
 @pytest.fixture
-def docker_client() -> Any:
-    from emulator.backends.docker import DEFAULT_IMAGE, DockerBackend, _client
+def docker_client(docker_ready: None) -> Any:
+    from emulator.backends.docker import DEFAULT_IMAGE, _client
 
-    try:
-        DockerBackend().check()
-    except BackendUnavailable as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the docker backend is unavailable: {e}")
-        pytest.skip(f"docker backend unavailable: {e}")
     client = _client()
     assert client.images.get(DEFAULT_IMAGE)
     return client

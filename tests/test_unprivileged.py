@@ -32,19 +32,8 @@ def test_two_host_job_runs_and_leaves_files_owned_by_the_caller(tmp_path: Path) 
         assert path.lstat().st_uid == uid, path
 
 
-def test_docker_job_hands_root_written_files_back(tmp_path: Path) -> None:
+def test_docker_job_hands_root_written_files_back(tmp_path: Path, docker_ready: None) -> None:
     """Containers run as root; every file under the job folder is the caller's afterwards."""
-    import pytest
-
-    from emulator.backends.docker import DockerBackend
-    from emulator.errors import BackendUnavailable
-
-    try:
-        DockerBackend().check()
-    except BackendUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the docker backend is unavailable: {exc}")
-        pytest.skip(f"docker backend unavailable: {exc}")
     src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(
