@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 TORCHRUN = {"torch_distributed": {"enabled": True}}
 SMDDP = {"smdistributed": {"dataparallel": {"enabled": True}}}
 PYTORCHDDP = {"pytorchddp": {"enabled": True}}
-LOSS_RE = re.compile(r"(?<![A-Za-z_])(first_loss|last_loss)=([-+0-9.eE]+|nan|inf)\s*$", re.M)
+LOSS_RE = re.compile(r"(?<![A-Za-z_])(first_loss|last_loss)=([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)")
 #: Files that count as rank 0's model in ``model.tar.gz``.
 MODEL_FILES = ("model.pt", "model.safetensors", "pytorch_model.bin")
 

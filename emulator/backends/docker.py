@@ -415,13 +415,12 @@ class DockerBackend:
         labels = {LABEL_JOB: job.job_id, **owner_labels()}
         writable = {h.name: [str(h.opt_ml), *(str(m.source) for m in h.mounts
                                                if not m.read_only)] for h in job.hosts}
-        network = _create_network(client, job, labels)
+        network, static = _create_network(client, job, labels)
         handle = DockerJob(job.job_id, client, network, self.owner, images, writable)
         try:
             private, public = _make_keypair(Path(job.scratch) / "ssh")
             keys = _ssh_archive(private, public)
             stream_client = _client(timeout=STREAM_TIMEOUT)
-            static = bool(network.attrs.get("IPAM", {}).get("Config"))
             for spec in job.hosts:
                 container = _create_container(client, spec, job.job_id, network.name,
                                               images[spec.name], labels, static)
@@ -450,18 +449,19 @@ def container_name(job_id: str, host: str) -> str:
     return f"sm-emulator-{job_id}-{host}"
 
 
-def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> Any:
-    """The job's bridge network on ``job.subnet``, or on a subnet the engine picks if taken."""
+def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> tuple[Any, bool]:
+    """The job's bridge network on ``job.subnet``, or on a subnet the engine picks if taken
+    (another job holds it); the flag says whether the plan's static addresses apply."""
     types = _sdk(".types")
     kwargs: dict[str, Any] = dict(driver="bridge", internal=not job.allow_egress,
                                   labels=dict(labels), check_duplicate=True)
     try:
         ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=job.subnet)])
-        return client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs)
+        return client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs), True
     except _sdk(".errors").APIError as e:
         if "overlap" not in str(e).lower():
             raise
-    return client.networks.create(network_name(job.job_id), **kwargs)
+    return client.networks.create(network_name(job.job_id), **kwargs), False
 
 
 def _create_container(client: Any, spec: HostSpec, job_id: str, network: str, image: str,
