@@ -7,9 +7,10 @@ image's own ``ENTRYPOINT``/``ENV``; root in the container; sshd reachable betwee
 per-cluster root keypair, so the toolkit's ``mpirun``-over-ssh runner works unchanged.
 
 What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); ``HostSpec.hosts_file`` is
-not written (the engine manages ``/etc/hosts`` with the container's own entry, like SageMaker,
-and peers resolve through DNS); static addresses from the plan are used when the job subnet is
-free on this engine, otherwise the engine picks them; the container stops SIGTERM -> grace ->
+not written as such: the engine writes ``/etc/hosts`` with the container's own entry plus every
+other ``algo-*`` at its static address (the plan's subnet, or the next free /24 when a concurrent
+job holds it), so names keep resolving after a peer's container exits, as on SageMaker; the
+container stops SIGTERM -> grace ->
 SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of the
 container (as the process backend does), not only PID 1. Exit codes above 128 that docker
 reports for a PID 1 killed by a signal are returned as the negative signal number.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import io
+import ipaddress
 import os
 import re
 import shutil
@@ -415,7 +417,7 @@ class DockerBackend:
         labels = {LABEL_JOB: job.job_id, **owner_labels()}
         writable = {h.name: [str(h.opt_ml), *(str(m.source) for m in h.mounts
                                                if not m.read_only)] for h in job.hosts}
-        network, static = _create_network(client, job, labels)
+        network, addresses = _create_network(client, job, labels)
         handle = DockerJob(job.job_id, client, network, self.owner, images, writable)
         try:
             private, public = _make_keypair(Path(job.scratch) / "ssh")
@@ -423,7 +425,7 @@ class DockerBackend:
             stream_client = _client(timeout=STREAM_TIMEOUT)
             for spec in job.hosts:
                 container = _create_container(client, spec, job.job_id, network.name,
-                                              images[spec.name], labels, static)
+                                              images[spec.name], labels, addresses)
                 handle.hosts[spec.name] = DockerHost(spec.name, container, spec.log_path,
                                                      stream_client)
                 container.put_archive("/", keys)
@@ -449,35 +451,53 @@ def container_name(job_id: str, host: str) -> str:
     return f"sm-emulator-{job_id}-{host}"
 
 
-def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> tuple[Any, bool]:
-    """The job's bridge network on ``job.subnet``, or on a subnet the engine picks if taken
-    (another job holds it); the flag says whether the plan's static addresses apply."""
+#: How many neighbouring /24 subnets to try when concurrent jobs hold the plan's.
+SUBNET_TRIES = 64
+
+
+def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
+    """The job's bridge network and each host's address on it.
+
+    The plan's subnet is used when free; when a concurrent job holds it, the next free /24 with
+    the same host offsets. Addresses are static so that every ``algo-*`` name stays in each
+    container's ``/etc/hosts`` even after that host's container exits (docker's DNS forgets a
+    stopped container, and the toolkit resolves every host again before it launches).
+    """
     types = _sdk(".types")
     kwargs: dict[str, Any] = dict(driver="bridge", internal=not job.allow_egress,
                                   labels=dict(labels), check_duplicate=True)
-    try:
-        ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=job.subnet)])
-        return client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs), True
-    except _sdk(".errors").APIError as e:
-        if "overlap" not in str(e).lower():
-            raise
-    return client.networks.create(network_name(job.job_id), **kwargs), False
+    planned = ipaddress.ip_network(job.subnet)
+    for k in range(SUBNET_TRIES):
+        base = int(planned.network_address) + k * planned.num_addresses
+        subnet = ipaddress.ip_network((base, planned.prefixlen))
+        try:
+            ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=str(subnet))])
+            network = client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs)
+        except _sdk(".errors").APIError as e:
+            if "overlap" not in str(e).lower():
+                raise
+            continue
+        shift = base - int(planned.network_address)
+        return network, {h.name: str(ipaddress.ip_address(int(ipaddress.ip_address(h.address)) + shift))
+                         for h in job.hosts}
+    raise BackendUnavailable(f"no free /24 subnet near {job.subnet} for the job network "
+                             f"(tried {SUBNET_TRIES}); remove stale networks with `python -m emulator reap`")
 
 
 def _create_container(client: Any, spec: HostSpec, job_id: str, network: str, image: str,
-                      labels: Mapping[str, str], static: bool) -> Any:
+                      labels: Mapping[str, str], addresses: Mapping[str, str]) -> Any:
     dmount = _sdk(".types").Mount
     mounts = [dmount("/opt/ml", str(spec.opt_ml), type="bind")]
     mounts += [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
                for m in spec.mounts]
     env = {**spec.env, "GLOO_SOCKET_IFNAME": IFNAME, "NCCL_SOCKET_IFNAME": IFNAME}
-    endpoint = client.api.create_endpoint_config(
-        aliases=[spec.name], ipv4_address=spec.address if static and spec.address else None)
+    endpoint = client.api.create_endpoint_config(aliases=[spec.name], ipv4_address=addresses[spec.name])
     return client.containers.create(
         image, command=list(spec.command), name=container_name(job_id, spec.name),
         hostname=spec.name, environment=env, working_dir=spec.workdir or None, mounts=mounts,
         labels={**spec.labels, **labels, LABEL_HOST: spec.name}, network=network,
         networking_config={network: endpoint}, shm_size=SHM_SIZE, user="0",
+        extra_hosts={name: address for name, address in addresses.items() if name != spec.name},
         stdin_open=False, tty=False, detach=True)
 
 
