@@ -298,9 +298,11 @@ def describe(fault: Fault) -> str:
 # Rank lookup
 
 
-def _environ(pid: int) -> dict[str, str]:
+def process_environ(pid: int) -> dict[str, str]:
+    """The environment of process ``pid`` from ``/proc`` ({} when it is gone or not ours)."""
     try:
-        raw = open(f"/proc/{pid}/environ", "rb").read()  # noqa: SIM115
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
     except OSError:
         return {}
     out = {}
@@ -330,7 +332,7 @@ def rank_pids(pids: Iterable[int], rank: int,
     matches: list[int] = []
     for pid in pids:
         env = environ[pid] if environ is not None and pid in environ else (
-            {} if environ is not None else _environ(pid))
+            {} if environ is not None else process_environ(pid))
         values = {env.get(v) for v in RANK_VARIABLES} - {None}
         if str(rank) in values:
             matches.append(pid)

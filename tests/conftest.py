@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from emulator.faults import process_environ
+
 OWNER_VAR = "SMEMU_TEST_OWNER"
 OWNER = str(os.getpid())
 #: How long a test's processes may take to disappear after the test returns.
@@ -67,20 +69,6 @@ def _ppid_and_state(pid: int) -> tuple[int, str] | None:
         return None
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
-
-
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -111,9 +99,9 @@ def our_processes(*, by_ancestry: bool = True) -> dict[int, str]:
                 descendant = True
                 break
             p, hops = parents.get(p), hops + 1
-        env = _environ(pid) if not descendant else {}
+        env = process_environ(pid) if not descendant else {}
         if descendant or env.get(OWNER_VAR) == OWNER:
-            env = env or _environ(pid)
+            env = env or process_environ(pid)
             job = env.get("TRAINING_JOB_NAME")
             out[pid] = f"{pid} [{state}] {_cmdline(pid)[:160]}" + (f" (job {job})" if job else "")
     return out
