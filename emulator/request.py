@@ -95,6 +95,10 @@ class JobRequest:
     short_toolkit_sleeps: bool = False
     #: Opt-in: fork torchrun and its ranks from one pre-imported interpreter per host.
     fast_start: bool = False
+    #: ``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments`` (SDK v3 sends them):
+    #: the container command is ``entrypoint + arguments``; None runs the image's ``train``.
+    container_entrypoint: tuple[str, ...] | None = None
+    container_arguments: tuple[str, ...] | None = None
 
     @property
     def hosts(self) -> list[str]:

@@ -5,8 +5,10 @@
 - ``site/`` goes on each host's ``PYTHONPATH``: a ``sitecustomize`` that, only when
   ``EMULATOR_INHOST=1``, installs lazy patches (CUDA calls on CPU, ``nccl``/``smddp`` on gloo) and
   the ``smdistributed`` stand-in package.
+- :mod:`.protocol` (``site/_sm_emulator_protocol.py``): the names, paths and conventions both
+  sides share; import them from there.
 
-This package is mounted read-only into containers, so it must not import the rest of
+This package is mounted read-only into containers, so nothing under it may import the rest of
 ``emulator``.
 """
 
@@ -14,11 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import protocol
+
 ROOT = Path(__file__).resolve().parent
 BIN = ROOT / "bin"
 SITE = ROOT / "site"
 
-#: Environment variables the emulator sets in every host for the in-host code.
-ENV_FLAG = "EMULATOR_INHOST"
-ENV_GPU_COUNT = "EMULATOR_GPU_COUNT"
-ENV_GPU_MODEL = "EMULATOR_GPU_MODEL"
+__all__ = ["BIN", "ROOT", "SITE", "protocol"]

@@ -1,0 +1,193 @@
+"""The host protocol: every name, path and convention shared by the emulator and its in-host code.
+
+One module, two import names: inside hosts it is ``_sm_emulator_protocol`` (this folder is on each
+host's ``PYTHONPATH``); outside it is ``emulator.inhost.protocol``. Standard library only, no
+side effects, so both sides can import it anywhere. Add a name here rather than writing its
+literal in a second place.
+
+Contents: the ``EMULATOR_*`` variables the emulator sets in hosts, the in-host paths it mounts or
+reads, the defaults SageMaker uses (region, stop grace) and the job network, the exit-status
+convention, and small ``/proc`` readers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# -- variables the emulator sets in every host (read by the in-host code) ---------------------
+#: "1" in every emulated host: activates ``sitecustomize``'s lazy patches.
+ENV_INHOST = "EMULATOR_INHOST"
+#: Emulated GPUs on this host, their model name and memory (bytes per device).
+ENV_GPU_COUNT = "EMULATOR_GPU_COUNT"
+ENV_GPU_MODEL = "EMULATOR_GPU_MODEL"
+ENV_GPU_MEMORY = "EMULATOR_GPU_MEMORY"
+#: In-host folder where ranks write diagnostics records (bind-mounted from the job's scratch).
+ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
+#: "1": cap the toolkit's fixed MPI-family sleeps (a recorded deviation).
+ENV_SHORT_TOOLKIT_SLEEPS = "EMULATOR_SHORT_TOOLKIT_SLEEPS"
+#: "1": fork torchrun and its ranks from a pre-imported interpreter (a recorded deviation).
+ENV_FAST_START = "EMULATOR_FAST_START"
+#: Modules the fast-start interpreter imports ahead (comma separated).
+ENV_FAST_START_PRELOAD = "EMULATOR_FAST_START_PRELOAD"
+#: "1": the host cannot run sshd (process backend, not root); MPI goes through the agent socket.
+ENV_NO_SSHD = "EMULATOR_NO_SSHD"
+#: Path of the namespace agent's socket inside a no-sshd host.
+ENV_AGENT_SOCKET = "EMULATOR_AGENT_SOCKET"
+#: "1": the smdistributed stand-in turns inferred limits into errors (default: warnings).
+ENV_SMDDP_STRICT = "EMULATOR_SMDDP_STRICT"
+
+#: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
+EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
+                      ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_NO_SSHD,
+                      ENV_AGENT_SOCKET, ENV_SMDDP_STRICT)
+
+# -- in-host paths ------------------------------------------------------------------------------
+#: Where the in-host folder (``bin/``, ``site/``) is mounted in docker containers.
+DOCKER_INHOST_ROOT = "/opt/sm-emulator/inhost"
+#: Where ranks write diagnostics records (value of ``EMULATOR_DIAG_DIR`` in every host).
+DIAG_DIR = "/tmp/.sm-emulator-diagnostics"
+#: No-sshd mode: the agent's socket folder inside a host (a host-private tmpfs) and the socket.
+AGENT_SOCKET_DIR = "/dev/shm/.sm-emulator"
+AGENT_SOCKET = f"{AGENT_SOCKET_DIR}/agent.sock"
+#: SageMaker's container paths.
+OPT_ML = "/opt/ml"
+CODE_DIR = "/opt/ml/code"
+
+# -- SageMaker defaults and the job network -----------------------------------------------------
+#: The region a job reports when none is given (the SDK's examples' default).
+DEFAULT_REGION = "us-west-2"
+#: The account id every emulated ARN carries (moto's default account, so the SDK session and the
+#: hosts' ``TRAINING_JOB_ARN`` agree).
+ACCOUNT_ID = "123456789012"
+#: Seconds between SIGTERM and SIGKILL when SageMaker stops a job (StopTrainingJob, MaxRuntime).
+STOP_GRACE = 120.0
+#: Each job's private network; host N (1-based) gets the (N+1)-th address (algo-1: 10.0.0.2).
+JOB_SUBNET = "10.0.0.0/24"
+#: The interface every host sees (resourceconfig.json's ``network_interface_name``).
+INTERFACE = "eth0"
+
+
+# -- exit statuses ------------------------------------------------------------------------------
+def status_of_signal(sig: int) -> int:
+    """A container's exit status when its PID 1 died of signal ``sig`` (docker's 128+N)."""
+    return 128 + sig
+
+
+@dataclass(frozen=True)
+class HostExit:
+    """How a host's PID 1 ended: its exit ``status`` (0-255, as ``docker wait`` reports it) and,
+    when the emulator itself delivered a fatal signal to the host, that ``signal``.
+
+    A script that calls ``sys.exit(137)`` has status 137 and no signal; a host the emulator (or a
+    ``kill`` fault) SIGKILLed has status 137 and signal 9. SageMaker sees only the status.
+    """
+
+    status: int
+    signal: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            import signal as _signal
+
+            try:
+                return f"signal {_signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"signal {self.signal}"
+        return f"exit {self.status}"
+
+
+def exit_of(status: int, sent: set[int] | frozenset[int] = frozenset()) -> HostExit:
+    """Interpret a container exit ``status``: 128+N is "killed by signal N" only when the emulator
+    sent signal N to that host (``sent``); otherwise it is the program's own exit status."""
+    sig = status - 128
+    if 0 < sig < 65 and sig in sent:
+        return HostExit(status, sig)
+    return HostExit(status)
+
+
+# -- /proc readers (Linux) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` the emulator uses."""
+
+    pid: int
+    state: str
+    ppid: int
+    start_time: int  # clock ticks since boot: tells a reused pid apart
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """``/proc/<pid>/stat`` parsed, or None when the process is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return ProcStat(pid, rest[0], int(rest[1]), int(rest[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    """The environment of process ``pid`` ({} when it is gone or not readable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    """The argv of process ``pid`` ([] when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def proc_nspids(pid: int) -> list[int]:
+    """``NSpid`` of ``/proc/<pid>/status``: the pid in each PID namespace, outermost first."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(x) for x in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
+def proc_caught_signals(pid: int) -> int:
+    """``SigCgt`` of ``/proc/<pid>/status`` (bit N-1 set: the process handles signal N); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def pid_alive(pid: int, start_time: int | None = None) -> bool:
+    """True when ``pid`` exists (and, if ``start_time`` is given, is still the same process)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if start_time is None:
+        return True
+    stat = proc_stat(pid)
+    return stat is None or stat.start_time == start_time
