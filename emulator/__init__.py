@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .inhost.protocol import STOP_GRACE
+
 if TYPE_CHECKING:
     from .result import JobResult
 
 __all__ = ["run"]
 
 
-def run(*, backend: str = "process", stop_grace: float = 120.0, keep_hosts: bool = False,
+def run(*, backend: str = "process", stop_grace: float = STOP_GRACE, keep_hosts: bool = False,
         echo: bool = True, faults: Sequence[Any] = (), **estimator_kwargs: Any) -> JobResult:
     """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`.
 

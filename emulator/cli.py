@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import EmulatorError, RequestError
+from .errors import EmulatorError, RequestError, Terminated
+from .inhost.protocol import STOP_GRACE
 from .instance_types import DEFAULT_INSTANCE_TYPE
 
 
@@ -64,6 +68,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="fork torchrun and its ranks from a pre-imported interpreter per host (see README)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="pass this variable of your environment into every host (repeatable; "
+                        "nothing else of your environment reaches a host)")
 
 
 def _request(args: argparse.Namespace) -> Any:
@@ -79,7 +86,7 @@ def _request(args: argparse.Namespace) -> Any:
         checkpoint_dir=args.checkpoint_dir, image_uri=args.image,
         pytorchddp_encoding=args.pytorchddp_encoding,
         forward_aws_credentials=args.forward_aws_credentials,
-        short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start)
+        short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,14 +95,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a job; exit 0 iff it Completed")
     _job_flags(run)
-    run.add_argument("--stop-grace", type=float, default=120.0,
+    run.add_argument("--stop-grace", type=float, default=STOP_GRACE,
                      help="seconds between SIGTERM and SIGKILL when the job is stopped (SageMaker: 120)")
     run.add_argument("--keep-hosts", action="store_true", help="keep each host's /opt/ml tree")
     run.add_argument("--fault", action="append", default=[], metavar="SPEC",
                      help="inject a fault, e.g. kill:algo-2:SIGKILL@5s, freeze:algo-2@log=/epoch 2/, spot@10s "
                           "(see emulator/faults.py)")
     run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
-    plan = sub.add_parser("plan", help="print each host's files, environment and commands; start nothing")
+    plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run starts); start nothing")
     _job_flags(plan)
     sub.add_parser("reap", help="remove what emulator processes that are gone left behind")
     launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
@@ -104,8 +111,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (how CI runners and ``timeout`` cancel a job) is handled like Ctrl-C, once."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
+def plan_document(request: Any, backend_name: str) -> dict[str, Any]:
+    """What ``plan`` prints: the request, the plan, and the launch spec ``run`` would start."""
+    from pathlib import Path
+
+    from .backends import get_backend
+    from .supervisor import launch_plan
+
+    backend = get_backend(backend_name)
+    job_plan, spec = launch_plan(request, backend, caller_env=dict(os.environ), job_id=f"{request.job_name}-<id>",
+                                 scratch=Path(tempfile.gettempdir()) / f"sm-emulator-{request.job_name[:20]}-<id>"
+                                 / "backend-0")
+    return {**job_plan.to_dict(), "launch": spec.to_dict()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate) if args.command in ("run", "launch") else None
     try:
         if args.command == "run":
             from .supervisor import run
@@ -117,11 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       (f" — {result.failure_reason}" if result.failure_reason else ""))
             return 0 if result.ok else 1
         if args.command == "plan":
-            from .backends import get_backend
-            from .supervisor import plan_for
-
-            job_plan = plan_for(_request(args), get_backend(args.backend))
-            json.dump(job_plan.to_dict(), sys.stdout, indent=2, default=str)
+            json.dump(plan_document(_request(args), args.backend), sys.stdout, indent=2, default=str)
             print()
             return 0
         if args.command == "reap":
@@ -140,7 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EmulatorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except Terminated:
+        print("terminated (SIGTERM): the job was stopped and its hosts torn down", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted: the job was stopped and its hosts torn down", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0

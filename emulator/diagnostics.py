@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .observers import FinishContext, Observer, Report
 from .result import Diagnostic  # frozen dataclass: kind, message, hosts
 
 
@@ -159,3 +160,10 @@ def analyze(diag_dir: Path) -> list[Diagnostic]:
 
 
 __all__ = ["Diagnostic", "analyze"]
+
+
+class TopologyObserver(Observer):
+    """Reports :func:`analyze`'s findings on the last attempt's rank records."""
+
+    def report(self, finish: FinishContext) -> Report:
+        return Report(diagnostics=analyze(finish.diag_dir))

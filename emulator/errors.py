@@ -26,3 +26,8 @@ class RequestError(EmulatorError, ValueError):
 
 class BackendUnavailable(EmulatorError, RuntimeError):
     """The chosen backend cannot run on this machine; the message says why and what to try."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The emulator got SIGTERM (the CLI turns it into this): handled like Ctrl-C — hosts stopped,
+    ``job.json`` written with ``Stopped``, temp tree removed."""

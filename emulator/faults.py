@@ -35,11 +35,13 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .backends.base import JobHandle
 from .errors import RequestError
+from .inhost import protocol as P
+from .observers import AttemptContext, Event, FinishContext, Observer, Report
 
 FIELD = "--fault"
 GRAMMAR = ("kill:HOST[:SIGNAL], kill-rank:HOST:RANK[:SIGNAL], freeze:HOST[:SECONDS], "
@@ -298,27 +300,9 @@ def describe(fault: Fault) -> str:
 # Rank lookup
 
 
-def process_environ(pid: int) -> dict[str, str]:
-    """The environment of process ``pid`` from ``/proc`` ({} when it is gone or not ours)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            out[key.decode(errors="replace")] = value.decode(errors="replace")
-    return out
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+def _ppid(pid: int | None) -> int | None:
+    stat = P.proc_stat(pid) if pid is not None else None
+    return stat.ppid if stat is not None else None
 
 
 def rank_pids(pids: Iterable[int], rank: int,
@@ -332,7 +316,7 @@ def rank_pids(pids: Iterable[int], rank: int,
     matches: list[int] = []
     for pid in pids:
         env = environ[pid] if environ is not None and pid in environ else (
-            {} if environ is not None else process_environ(pid))
+            {} if environ is not None else P.proc_environ(pid))
         values = {env.get(v) for v in RANK_VARIABLES} - {None}
         if str(rank) in values:
             matches.append(pid)
@@ -343,7 +327,7 @@ def rank_pids(pids: Iterable[int], rank: int,
             parent, d = _ppid(p), 0
             while parent in found and d < 64:
                 d += 1
-                parent = _ppid(parent) if parent is not None else None
+                parent = _ppid(parent)
             depth[p] = d
     return sorted(matches, key=lambda p: (depth[p], p))
 
@@ -370,13 +354,16 @@ class FaultInjector:
     thread (the log tailer); it only arms triggers, actions happen in :meth:`tick`.
 
     Spot: :meth:`spot_requested` turns True when a ``spot`` fault fires and stays True; the
-    supervisor stops the hosts, restarts the job, and continues with :meth:`after_restart`,
-    which carries over the faults that have not fired (a fired fault never fires twice).
+    supervisor stops the hosts and restarts the job, and :class:`FaultObserver` carries the
+    faults that have not fired (:meth:`pending`) into a new injector for the new hosts (a fired
+    fault never fires twice).
     """
 
-    def __init__(self, faults: Sequence[Fault], handle: JobHandle, clock_start: float) -> None:
+    def __init__(self, faults: Sequence[Fault], handle: JobHandle, clock_start: float,
+                 wall: Callable[[], float] = time.time) -> None:
         self.handle = handle
         self.clock_start = clock_start
+        self.wall = wall
         self._states = [_State(f) for f in faults]
         self._lock = threading.Lock()
         self._last = 0.0
@@ -425,10 +412,6 @@ class FaultInjector:
         """Faults that have not fired yet."""
         return [s.fault for s in self._states if s.armed_at is None and not s.done]
 
-    def after_restart(self, handle: JobHandle, clock_start: float) -> FaultInjector:
-        """An injector for the restarted job, with the faults that have not fired yet."""
-        return FaultInjector(self.pending(), handle, clock_start)
-
     def close(self, now: float | None = None) -> list[FaultEvent]:
         """Thaw every host this injector stopped (call before teardown). Idempotent."""
         offset = (time.monotonic() if now is None else now) - self.clock_start
@@ -445,7 +428,7 @@ class FaultInjector:
     # -- actions ------------------------------------------------------------------------------
 
     def _event(self, s: _State, action: str, offset: float, pids: Sequence[int] = ()) -> FaultEvent:
-        return FaultEvent(s.fault.kind, s.fault.host, action, offset, time.time(),
+        return FaultEvent(s.fault.kind, s.fault.host, action, offset, self.wall(),
                           describe(s.fault), tuple(pids))
 
     def _send(self, s: _State, sig: int, offset: float, action: str) -> FaultEvent:
@@ -510,3 +493,57 @@ class FaultInjector:
                 host.signal(signal.SIGSTOP)
             return []
         return []
+
+
+class FaultObserver(Observer):
+    """The supervisor's side of faults: one :class:`FaultInjector` per attempt.
+
+    Trigger times count from the moment the job's hosts first started (the first attempt), so
+    ``spot@10s`` then ``kill:algo-2@35s`` kills algo-2 35 s into the job, in whichever attempt
+    runs then. Faults that have not fired when a spot interruption ends an attempt carry over
+    into the next one; log triggers match the new hosts' lines.
+    """
+
+    def __init__(self, faults: Sequence[Fault]) -> None:
+        self._pending: list[Fault] = list(faults)
+        self._injector: FaultInjector | None = None
+        self._origin: float | None = None
+        self._now = 0.0
+        self.events: list[FaultEvent] = []
+
+    def on_start(self, ctx: AttemptContext) -> None:
+        if self._origin is None:
+            self._origin = ctx.started
+        wall = ctx.wall_started - ctx.started  # wall clock = monotonic + this
+
+        def now() -> float:
+            return wall + self._now
+
+        self._injector = FaultInjector(self._pending, ctx.handle, self._origin, now) if self._pending else None
+        self._now = ctx.started
+
+    def on_line(self, host: str, line: str) -> None:
+        injector = self._injector
+        if injector is not None:
+            injector.on_line(host, line)
+
+    def on_tick(self, now: float) -> Sequence[Event]:
+        self._now = now
+        return self._record(self._injector.tick(now)) if self._injector is not None else ()
+
+    def restart_requested(self) -> bool:
+        return self._injector is not None and self._injector.spot_requested()
+
+    def on_end(self, now: float) -> Sequence[Event]:
+        injector, self._injector = self._injector, None
+        if injector is None:
+            return ()
+        self._pending = injector.pending()  # before close(), which marks every fault done
+        return self._record(injector.close(now))
+
+    def _record(self, done: Sequence[FaultEvent]) -> list[Event]:
+        self.events.extend(done)
+        return [Event(e.wall, "fault", e.host, f"{e.fault}: {e.action}") for e in done]
+
+    def report(self, finish: FinishContext) -> Report:
+        return Report(emulator={"Faults": [e.to_dict() for e in self.events]})

@@ -19,17 +19,12 @@ import shutil
 import site
 import subprocess
 import sys
-import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "envs"
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
-
-
-def train_script() -> Path:
-    """The ``train`` console script of the sagemaker-training toolkit installed here."""
-    return Path(sysconfig.get_path("scripts")) / "train"
 
 
 def _user_site_paths() -> list[str]:
@@ -50,16 +45,33 @@ def _create(venv: Path) -> Path:
     return python
 
 
-def prepare(source_dir: Path, scratch: Path, log: Path) -> tuple[str, bool]:
+def _requirements(source_dir: Path) -> Path | None:
+    req = source_dir / "requirements.txt" if source_dir.is_dir() else None
+    return req if req is not None and req.is_file() else None
+
+
+def _key(req: Path) -> str:
+    return hashlib.sha256(req.read_bytes() + sys.prefix.encode() + sys.version.encode()).hexdigest()[:16]
+
+
+def interpreter(source_dir: Path) -> str:
+    """The interpreter a job whose source is ``source_dir`` runs with (reads only): this one, or
+    the cached job environment's when there is a ``requirements.txt``."""
+    req = _requirements(source_dir)
+    return sys.executable if req is None else str(CACHE / _key(req) / "bin" / "python")
+
+
+def prepare(source_dir: Path, scratch: Path, log: Path, *, env: Mapping[str, str]) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
     Without a ``requirements.txt``: this interpreter, nothing to do. With one: the cached job
-    environment's interpreter, installing the requirements first if needed (output to ``log``).
+    environment's interpreter (:func:`interpreter`), installing the requirements first if needed
+    (output to ``log``; pip runs with ``env``, the hosts' environment, not the caller's).
     """
-    req = source_dir / "requirements.txt" if source_dir.is_dir() else None
-    if req is None or not req.is_file():
+    req = _requirements(source_dir)
+    if req is None:
         return sys.executable, True
-    key = hashlib.sha256(req.read_bytes() + sys.prefix.encode() + sys.version.encode()).hexdigest()[:16]
+    key = _key(req)
     CACHE.mkdir(parents=True, exist_ok=True)
     venv = CACHE / key
     with open(CACHE / f"{key}.lock", "w") as lock:
@@ -71,7 +83,7 @@ def prepare(source_dir: Path, scratch: Path, log: Path) -> tuple[str, bool]:
         with open(log, "ab") as out:
             done = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
                                    "-r", str(req)], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False)
+                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False, env=dict(env))
         if done.returncode == 0:
             (venv / ".ready").touch()
             return str(python), True

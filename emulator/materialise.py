@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .archives import safe_extract
 from .backends.base import Mount
+from .inhost import protocol as P
 from .plan import HostPlan, JobPlan
 
 
@@ -35,8 +36,16 @@ def _ignore_for(output_path: Path) -> Callable[[str, list[str]], set[str]]:
     return ignore
 
 
-def write_host(plan: JobPlan, host: HostPlan, root: Path) -> list[Mount]:
-    """Write ``host``'s tree under ``root``; return the mounts it needs (channels, checkpoints)."""
+def host_mounts(plan: JobPlan, host: str) -> tuple[Mount, ...]:
+    """What a host mounts from this machine: its tree at ``/opt/ml``, then each channel read-only
+    at ``/opt/ml/input/data/<channel>``. Pure."""
+    request = plan.request
+    tree = Mount(host_root(request.job_dir, host), P.OPT_ML)
+    return (tree, *(Mount(c.path, f"{P.OPT_ML}/input/data/{c.name}", read_only=True) for c in request.channels))
+
+
+def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
+    """Write ``host``'s tree under ``root`` (config files, code, restored checkpoints)."""
     request = plan.request
     for d in host.dirs:
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -50,22 +59,17 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> list[Mount]:
         safe_extract(source, code)
     else:
         shutil.copytree(source, code, dirs_exist_ok=True, ignore=_ignore_for(request.output_path))
-    mounts = [Mount(c.path, f"/opt/ml/input/data/{c.name}", read_only=True) for c in request.channels]
     local = request.checkpoint_local_path.rstrip("/")
     if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
         target = root / local[len("/opt/ml/"):] if local.startswith("/opt/ml/") else None
         if target is not None:
             shutil.copytree(request.checkpoint_dir, target, dirs_exist_ok=True)
-    return mounts
 
 
-def write_all(plan: JobPlan, job_dir: Path) -> dict[str, tuple[Path, list[Mount]]]:
-    """Write every host's tree; return ``{host: (tree, mounts)}``."""
-    out = {}
+def write_all(plan: JobPlan) -> None:
+    """Write every host's tree under ``<job dir>/hosts/``."""
     for host in plan.hosts:
-        root = host_root(job_dir, host.name)
-        out[host.name] = (root, write_host(plan, host, root))
-    return out
+        write_host(plan, host, host_root(plan.request.job_dir, host.name))
 
 
 def sync_checkpoints(plan: JobPlan, job_dir: Path) -> None:

@@ -1,31 +1,34 @@
-"""Plan: request → one plan per host. Pure: no filesystem, no ``os.environ``, no subprocess.
+"""Plan: request → SageMaker's view of every host. Pure: no filesystem, no ``os.environ``, no
+subprocess.
 
-Everything a host needs is computed here from the request and the few facts about this machine
-the caller passes in (``base_env``, where the in-host package is seen from inside, the container
-command). ``python -m emulator plan`` prints the result; golden tests compare it.
+A :class:`HostPlan` is what SageMaker itself decides for a host: its files under ``/opt/ml``, the
+container's environment and command, and (predicted, for people reading ``plan``) the ``SM_*``
+values and the launcher command the toolkit will build. The network (addresses, ``/etc/hosts``)
+and how a host is made belong to the backend's launch spec (:mod:`emulator.backends.base`).
+
+The environment of a host is built from an allowlist, as a container's is: the image's variables
+(:class:`~emulator.backends.base.Runtime`), the platform's (``TRAINING_JOB_*``, ``AWS_REGION``),
+the emulator's in-host switches (``EMULATOR_*``), the request's ``Environment``, and only those of
+the caller's variables the request names in ``pass_env``. Nothing else of the caller's
+environment reaches a host.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from . import toolkit_model as tk
 from .distribution import Runner, runner_for
+from .inhost import protocol as P
 from .request import JobRequest
 
-#: Variables never passed from this machine into a host: credentials, and launcher state that
-#: would make ranks think they are already launched.
-_BLOCKED_PREFIXES = ("AWS_", "SM_", "SAGEMAKER_", "TRAINING_JOB_", "OMPI_", "PMIX_", "TORCHELASTIC_",
-                     "PYTEST_", "EMULATOR_", "SMDATAPARALLEL_")
-_BLOCKED_NAMES = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                            "ROLE_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
-                            "PYTHONPATH", "PYTHONHOME", "BOTO_CONFIG", "VIRTUAL_ENV_PROMPT",
-                            "CURRENT_HOST", "PL_TORCH_DISTRIBUTED_BACKEND", "OPAL_PREFIX",
-                            "COV_CORE_SOURCE", "COV_CORE_CONFIG", "COV_CORE_DATAFILE"})
+if TYPE_CHECKING:
+    from .backends.base import Runtime
+
+#: The PyTorch DLC's image variables (its Dockerfile ``ENV``), set in every host.
 DLC_ENV = {
     "SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main",
     "PYTHONUNBUFFERED": "1",
@@ -34,42 +37,37 @@ DLC_ENV = {
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
 }
+#: Set unless the request forwards credentials: nothing in a host finds AWS credentials.
 NO_CREDENTIALS_ENV = {
     "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
     "AWS_CONFIG_FILE": "/dev/null",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-INTERFACE = "eth0"
-
-
-def host_safe_env(env: Mapping[str, str]) -> dict[str, str]:
-    """This machine's environment minus credentials and launcher variables (see module doc)."""
-    return {k: v for k, v in env.items()
-            if not k.startswith(_BLOCKED_PREFIXES) and k not in _BLOCKED_NAMES}
+CREDENTIAL_NAMES = tk.CREDENTIAL_NAMES
+#: The runners that start ranks with ``mpirun`` over ssh (the hosts need sshd and keys).
+SSH_RUNNERS: frozenset[str] = frozenset({"mpi", "smdataparallel"})
 
 
 @dataclass(frozen=True)
 class HostPlan:
-    """One emulated host: identity, files under ``/opt/ml``, environment and commands."""
+    """One emulated host as SageMaker sets it up: identity, files, environment and commands."""
 
     name: str
-    address: str
     group: str
     instance_type: str
     gpus: int
     files: Mapping[str, str]  # path relative to /opt/ml → text
     dirs: Sequence[str]  # folders relative to /opt/ml to create
-    env: Mapping[str, str]  # the container environment
-    command: Sequence[str]  # the container command ("train")
+    env: Mapping[str, str]  # the container environment (before the backend adds its own)
+    command: Sequence[str]  # the container command (``train``, or the request's entrypoint)
     sm_env: Mapping[str, str]  # what the toolkit will export (predicted)
-    launcher: Sequence[str] | None  # what the toolkit will run (predicted); None: MPI worker
+    launcher: Sequence[str] | None  # what the toolkit will run (predicted); None: none predicted
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "address": self.address, "instance_group": self.group,
+        return {"name": self.name, "instance_group": self.group,
                 "instance_type": self.instance_type, "emulated_gpus": self.gpus,
-                "files": {f"/opt/ml/{k}": v for k, v in self.files.items()},
-                "dirs": [f"/opt/ml/{d}" for d in self.dirs], "environment": dict(self.env),
+                "files": {f"{P.OPT_ML}/{k}": v for k, v in self.files.items()},
+                "dirs": [f"{P.OPT_ML}/{d}" for d in self.dirs],
                 "container_command": list(self.command), "toolkit_sm_env": dict(self.sm_env),
                 "launcher_command": list(self.launcher) if self.launcher is not None else None}
 
@@ -78,18 +76,20 @@ class HostPlan:
 class JobPlan:
     request: JobRequest
     runner: Runner
-    subnet: str
-    hosts: tuple[HostPlan, ...] = field(default_factory=tuple)
+    runtime: Runtime
+    hosts: tuple[HostPlan, ...]
 
     @property
-    def hosts_file(self) -> str:
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        lines += [f"{h.address}\t{h.name}" for h in self.hosts]
-        return "\n".join(lines) + "\n"
+    def uses_ssh(self) -> bool:
+        """True when ranks start through ``mpirun`` over ssh, so every host needs ``sshd``."""
+        return self.runner in SSH_RUNNERS
+
+    def host(self, name: str) -> HostPlan:
+        return next(h for h in self.hosts if h.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"request": self.request.to_dict(), "runner": self.runner, "network": self.subnet,
-                "hosts_file": self.hosts_file, "hosts": [h.to_dict() for h in self.hosts]}
+        return {"request": self.request.to_dict(), "runner": self.runner,
+                "python": self.runtime.python, "hosts": [h.to_dict() for h in self.hosts]}
 
 
 def resource_config(request: JobRequest, host: str) -> dict[str, Any]:
@@ -103,40 +103,50 @@ def resource_config(request: JobRequest, host: str) -> dict[str, Any]:
     group = request.group_of(host)
     return {"current_host": host, "current_instance_type": group.instance_type,
             "current_group_name": group.name, "hosts": hosts, "instance_groups": groups,
-            "network_interface_name": INTERFACE, "topology": None}
+            "network_interface_name": P.INTERFACE, "topology": None}
 
 
-def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
-          train_command: Sequence[str], python: str = "python3", num_cpus: int = 1,
-          diag_dir: str | None = None, subnet: str = "10.0.0.0/24",
-          aws_credentials: Mapping[str, str] | None = None, extra_path: Sequence[str] = (),
-          gethostname_so: str | None = None) -> JobPlan:
-    """Plan every host of ``request``. Pure; see the module docstring."""
-    net = ipaddress.ip_network(subnet)
-    addresses = [str(a) for a in list(net.hosts())[1:request.host_count + 1]]
-    input_config = {c.name: c.config() for c in request.channels}
-    runner = runner_for(request.hyperparameters)
-    common = dict(host_safe_env(base_env))
-    path = ":".join([f"{inhost_root}/bin", *extra_path, *([common["PATH"]] if common.get("PATH") else [])])
-    common.update(DLC_ENV)
-    common.update({"PATH": path, "PYTHONPATH": f"{inhost_root}/site", "TMPDIR": "/tmp",
-                   "EMULATOR_INHOST": "1"})
-    if diag_dir:
-        common["EMULATOR_DIAG_DIR"] = diag_dir
-    common.update(NO_CREDENTIALS_ENV)
-    if request.forward_aws_credentials and aws_credentials:
+def container_command(request: JobRequest, runtime: Runtime) -> list[str]:
+    """``ContainerEntrypoint + ContainerArguments`` when the request has them, else ``train``."""
+    if request.container_entrypoint:
+        return [*request.container_entrypoint, *(request.container_arguments or ())]
+    return list(runtime.train_command)
+
+
+def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment every host's PID 1 starts with (see the module docstring)."""
+    env = dict(runtime.base_env)
+    env.update(DLC_ENV)
+    env.update({"PATH": f"{runtime.inhost_root}/bin:{runtime.path}",
+                "PYTHONPATH": f"{runtime.inhost_root}/site", "TMPDIR": "/tmp",
+                P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR})
+    env.update(NO_CREDENTIALS_ENV)
+    if request.forward_aws_credentials:
         for k in NO_CREDENTIALS_ENV:
-            common.pop(k)
-        common.update({k: v for k, v in aws_credentials.items() if k in CREDENTIAL_NAMES})
-    common.update({"TRAINING_JOB_NAME": request.job_name, "TRAINING_JOB_ARN": request.arn,
-                   "AWS_REGION": request.region})
+            env.pop(k)
+        env.update({k: v for k, v in caller_env.items() if k in CREDENTIAL_NAMES})
+    env.update({"TRAINING_JOB_NAME": request.job_name, "TRAINING_JOB_ARN": request.arn,
+                "AWS_REGION": request.region})
     if request.short_toolkit_sleeps:
-        common["EMULATOR_SHORT_TOOLKIT_SLEEPS"] = "1"
+        env[P.ENV_SHORT_TOOLKIT_SLEEPS] = "1"
     if request.fast_start:
-        common["EMULATOR_FAST_START"] = "1"
-    common.update(request.environment)
+        env[P.ENV_FAST_START] = "1"
+    env.update({k: caller_env[k] for k in request.pass_env if k in caller_env})
+    env.update(request.environment)
+    return env
+
+
+def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str] | None = None,
+          num_cpus: int = 1) -> JobPlan:
+    """Plan every host of ``request``. Pure; ``caller_env`` is the environment of whoever asked
+    (only ``pass_env`` names and, when forwarded, AWS credentials are read from it)."""
+    caller = dict(caller_env or {})
+    input_config = {c.name: c.config() for c in request.channels}
+    runner = runner_for(request.hyperparameters) if not request.container_entrypoint else "process"
+    common = common_env(request, runtime, caller)
+    command = container_command(request, runtime)
     plans = []
-    for host, address in zip(request.hosts, addresses):
+    for host in request.hosts:
         group = request.group_of(host)
         gpus = request.gpus_on(host)
         rc = resource_config(request, host)
@@ -150,19 +160,22 @@ def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
                 {"LocalPath": request.checkpoint_local_path, "S3Uri": request.checkpoint_dir.as_uri()})
         dirs = ["code", "model", "output/data", "input/data"]
         dirs += [f"input/data/{c.name}" for c in request.channels]
-        if request.checkpoint_local_path.startswith("/opt/ml/"):
-            dirs.append(request.checkpoint_local_path[len("/opt/ml/"):].rstrip("/"))
+        if request.checkpoint_local_path.startswith(f"{P.OPT_ML}/"):
+            dirs.append(request.checkpoint_local_path[len(P.OPT_ML) + 1:].rstrip("/"))
         env = dict(common)
-        env["EMULATOR_GPU_COUNT"] = str(gpus)
-        env["EMULATOR_GPU_MODEL"] = group.type.gpu_model
+        env[P.ENV_GPU_COUNT] = str(gpus)
+        env[P.ENV_GPU_MODEL] = group.type.gpu_model
+        toolkit = not request.container_entrypoint
         plans.append(HostPlan(
-            name=host, address=address, group=group.name, instance_type=group.instance_type,
-            gpus=gpus, files=files, dirs=dirs, env=env, command=list(train_command),
+            name=host, group=group.name, instance_type=group.instance_type, gpus=gpus, files=files,
+            dirs=dirs, env=env, command=command,
             sm_env=tk.sm_env(rc, request.hyperparameters, input_config, num_gpus=gpus,
-                             num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"]),
+                             num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"])
+            if toolkit else {},
             launcher=tk.launcher_command(runner, rc, request.hyperparameters, num_gpus=gpus,
-                                         python=python, input_config=input_config,
+                                         python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
-                                         gethostname_so=gethostname_so or tk.GETHOSTNAME_SO),
+                                         gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO)
+            if toolkit else None,
         ))
-    return JobPlan(request=request, runner=runner, subnet=subnet, hosts=tuple(plans))
+    return JobPlan(request=request, runner=runner, runtime=runtime, hosts=tuple(plans))

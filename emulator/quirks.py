@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .observers import FinishContext, Observer, Report
+
 GLOO_ENFORCE = "terminate called after throwing an instance of 'gloo::EnforceNotMet'"
 #: Lines that show a rank failed, whatever launcher ran it.
 _RANK_FAILURE = re.compile(
@@ -125,3 +127,14 @@ def detect(result_logs: Mapping[str, str], hyperparameters: Mapping[str, Any]) -
                 f"algo-1's mpirun exit code. Found {' and '.join(detail)}: if the job Completed, "
                 "those ranks' failures were not counted.")
     return warnings
+
+
+class QuirkObserver(Observer):
+    """Adds :func:`detect`'s warnings, read from the hosts' logs once the job has ended."""
+
+    def __init__(self, hyperparameters: Mapping[str, Any]) -> None:
+        self.hyperparameters = hyperparameters
+
+    def report(self, finish: FinishContext) -> Report:
+        logs = {h.name: h.log.read_text(errors="replace") if h.log.exists() else "" for h in finish.hosts}
+        return Report(warnings=detect(logs, self.hyperparameters))

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from . import distribution as dist
 from .errors import RequestError
+from .inhost import protocol as P
 from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup
 
 #: Limits from the CreateTrainingJob API model.
@@ -34,9 +35,11 @@ MAX_RUNTIME_LIMIT = 28 * 86_400
 MAX_HOSTS = 64
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9\.\-_]+$")
 ENV_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-DEFAULT_REGION = "us-west-2"
+DEFAULT_REGION = P.DEFAULT_REGION
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
+#: Never passed by ``pass_env`` (``forward_aws_credentials`` is the explicit switch for them).
+CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ class JobRequest:
     #: the container command is ``entrypoint + arguments``; None runs the image's ``train``.
     container_entrypoint: tuple[str, ...] | None = None
     container_arguments: tuple[str, ...] | None = None
+    #: Names of the caller's environment variables passed into every host (nothing else of the
+    #: caller's environment is; see :mod:`emulator.plan`).
+    pass_env: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> list[str]:
@@ -126,7 +132,7 @@ class JobRequest:
 
     @property
     def arn(self) -> str:
-        return f"arn:aws:sagemaker:{self.region}:000000000000:training-job/{self.job_name.lower()}"
+        return f"arn:aws:sagemaker:{self.region}:{P.ACCOUNT_ID}:training-job/{self.job_name.lower()}"
 
     @property
     def job_dir(self) -> Path:
@@ -206,6 +212,7 @@ def create(
     container_log_level: int = 20,
     short_toolkit_sleeps: bool = False,
     fast_start: bool = False,
+    pass_env: Sequence[str] = (),
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -269,9 +276,17 @@ def create(
         heterogeneous=hetero,
         short_toolkit_sleeps=short_toolkit_sleeps,
         fast_start=fast_start,
+        pass_env=_names(pass_env, "pass_env"),
     )
     validate(request)
     return request
+
+
+def _names(value: Any, field_name: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise RequestError(field_name, f"must be a list of variable names, got {value!r}",
+                           allowed='e.g. ["HF_TOKEN", "WANDB_API_KEY"]')
+    return tuple(value)
 
 
 def _check_count(count: Any, field_name: str) -> None:
@@ -366,6 +381,13 @@ def validate(request: JobRequest) -> None:
             raise RequestError(f"Environment.{k}", "invalid variable name", allowed="[a-zA-Z_][a-zA-Z0-9_]*")
         if not isinstance(v, str):
             raise RequestError(f"Environment.{k}", f"value {v!r} is not a string")
+    for name in request.pass_env:
+        if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+            raise RequestError("pass_env", f"{name!r} is not a variable name", allowed="[a-zA-Z_][a-zA-Z0-9_]*")
+        if name in CREDENTIAL_VARIABLES or name.startswith("EMULATOR_"):
+            raise RequestError("pass_env", f"{name} cannot be passed by name",
+                               allowed="AWS credentials only with forward_aws_credentials "
+                               "(--forward-aws-credentials); EMULATOR_* variables are the emulator's own")
     if len(request.environment) > 100:
         raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
     if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", request.region):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .console import tail
+from .inhost.protocol import HostExit
 
 #: SageMaker reports at most this many characters of the failure file.
 FAILURE_REASON_LIMIT = 1024
@@ -41,23 +42,24 @@ class HostOutcome:
     """How one host ended."""
 
     name: str
-    exit_code: int | None  # < 0: killed by that signal
+    exit: HostExit | None  # None: never started, or still running when the job ended
     log: Path
     ended_at: float | None
     failure: str | None  # its /opt/ml/output/failure, if any
 
     @property
-    def how(self) -> str:
-        if self.exit_code is None:
-            return "running"
-        if self.exit_code < 0:
-            import signal
+    def exit_code(self) -> int | None:
+        """The container's exit status (128+N when PID 1 died of signal N), as SageMaker sees it."""
+        return None if self.exit is None else self.exit.status
 
-            try:
-                return f"signal {signal.Signals(-self.exit_code).name}"
-            except ValueError:
-                return f"signal {-self.exit_code}"
-        return f"exit {self.exit_code}"
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed PID 1, when the emulator delivered it; else None."""
+        return None if self.exit is None else self.exit.signal
+
+    @property
+    def how(self) -> str:
+        return "not started" if self.exit is None else self.exit.describe()
 
 
 @dataclass(frozen=True)

@@ -1,46 +1,57 @@
 """Supervisor: run a planned job on a backend, watch every host, and report as SageMaker does.
 
+Policy plus mechanism, as torch elastic's agent: :func:`decide` is the whole policy (a pure
+function of what the hosts did, the clock and the requests to stop or restart), and
+:class:`_JobRun` is a short loop that observes the backend, asks :func:`decide`, and acts. Faults,
+diagnostics and warnings are :class:`~emulator.observers.Observer` values, so every policy can be
+tested against a fake backend and a fake clock in milliseconds.
+
 Statuses and secondary statuses follow DescribeTrainingJob (Starting → Downloading → Training →
-Uploading → Completed/Failed; Stopping → Stopped/MaxRuntimeExceeded). All-or-nothing watching:
-the job completes when every host exited 0 and fails as soon as any host exits non-zero — the
-other hosts are then stopped whole (peers stuck in a gloo collective do not wait for their own
-timeout). ``MaxRuntimeInSeconds`` ends the job as SageMaker does: SIGTERM to each host's PID 1,
-``stop_grace`` seconds (SageMaker: 120), then SIGKILL. Teardown runs in ``finally``.
+Uploading → Completed/Failed; Stopping → Stopped/MaxRuntimeExceeded; Interrupted on spot).
+All-or-nothing watching: the job completes when every host exited 0 and fails as soon as any host
+exits non-zero — the other hosts are then stopped (peers stuck in a gloo collective do not wait for
+their own timeout). ``MaxRuntimeInSeconds`` and stop requests end the job as SageMaker does:
+SIGTERM to each host's PID 1, ``stop_grace`` seconds (SageMaker: 120), then SIGKILL. Ctrl-C (and
+SIGTERM, which the CLI turns into the same exception) stops the hosts, writes ``job.json`` with
+``Stopped`` and re-raises. Teardown runs in ``finally``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import enum
+import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
-from . import jobenv, materialise
+from . import materialise
 from . import plan as planning
 from .archives import build_archive
-from .backends import HostSpec, JobSpec, get_backend
-from .backends.base import Backend, JobHandle, Mount
+from .backends import get_backend
+from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken
 from .console import LogTailer, paint, table, tail
+from .errors import EmulatorError
+from .inhost import protocol as P
+from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
 from .request import JobRequest
-from .result import FAILURE_REASON_LIMIT, HostOutcome, JobResult, Transition, iso, write_description
+from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, iso, write_description
 
-#: SageMaker's grace between SIGTERM and SIGKILL when a job is stopped.
-SAGEMAKER_STOP_GRACE = 120.0
-#: Grace for hosts stopped because another host failed.
+#: Grace for hosts stopped because another host failed, or on Ctrl-C.
 FAIL_FAST_GRACE = 2.0
 POLL_INTERVAL = 0.05
-#: Where ranks write their diagnostics records inside a host.
-DIAG_TARGET = "/tmp/.sm-emulator-diagnostics"
 FAILED_LOG_LINES = 20
+#: How often ``start`` is retried when a concurrent job takes the spec's subnet first.
+START_TRIES = 5
+#: Where the spec that ran is written in the job dir.
+LAUNCH_SPEC_FILE = "launch-spec.json"
 
 MESSAGES = {
     "Starting": "Preparing the instances for training",
@@ -55,247 +66,383 @@ MESSAGES = {
 # MaxRuntimeExceeded and Interrupted have no known StatusMessage text: reported without one.
 
 
-@dataclass
-class _Clock:
-    transitions: list[Transition]
+class Outcome(enum.Enum):
+    """How one attempt (one start of the job's hosts) ended: (TrainingJobStatus, SecondaryStatus)."""
 
-    def enter(self, status: str, message: str | None = None) -> None:
-        now = time.time()
+    COMPLETED = ("Completed", "Completed")
+    FAILED = ("Failed", "Failed")
+    STOPPED = ("Stopped", "Stopped")
+    MAX_RUNTIME = ("Stopped", "MaxRuntimeExceeded")
+    INTERRUPTED = ("InProgress", "Interrupted")  # spot: the job starts again
+
+    @property
+    def status(self) -> str:
+        return self.value[0]
+
+    @property
+    def secondary(self) -> str:
+        return self.value[1]
+
+
+#: Why hosts that still run are stopped, per outcome.
+STOP_REASONS = {Outcome.FAILED: StopReason.FAIL_FAST, Outcome.STOPPED: StopReason.STOP_REQUEST,
+                Outcome.MAX_RUNTIME: StopReason.MAX_RUNTIME, Outcome.INTERRUPTED: StopReason.SPOT}
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """The host that failed first: how it ended and when (wall clock)."""
+
+    host: str
+    exit: P.HostExit
+    time: float
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """How one start of the job's hosts ended."""
+
+    outcome: Outcome
+    hosts: tuple[HostOutcome, ...]
+    first_failure: FirstFailure | None
+    training_seconds: float
+    runner: str | None
+    interrupted: BaseException | None = None  # KeyboardInterrupt (Ctrl-C/SIGTERM) to re-raise
+
+
+def decide(exits: Mapping[str, P.HostExit], host_count: int, *, now: float, deadline: float,
+           stop_requested: bool, restart_requested: bool) -> Outcome | None:
+    """The supervisor's policy: how the attempt ends now, or None to keep watching.
+
+    A failed host fails the job at once; every host exited 0 completes it; then a restart
+    request (spot), a stop request and the deadline (MaxRuntimeInSeconds) stop it, in that order.
+    """
+    if any(not e.ok for e in exits.values()):
+        return Outcome.FAILED
+    if len(exits) == host_count:
+        return Outcome.COMPLETED
+    if restart_requested:
+        return Outcome.INTERRUPTED
+    if stop_requested:
+        return Outcome.STOPPED
+    if now >= deadline:
+        return Outcome.MAX_RUNTIME
+    return None
+
+
+class Clock(Protocol):
+    """Time as the supervisor sees it (tests pass a fake one)."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clocks."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass
+class _Transitions:
+    clock: Clock
+    transitions: list[Transition] = field(default_factory=list)
+
+    def enter(self, status: str) -> Event:
+        now = self.clock.time()
         if self.transitions:
             last = self.transitions[-1]
             self.transitions[-1] = Transition(last.status, last.start, now, last.message)
-        self.transitions.append(Transition(status, now, None, message or MESSAGES.get(status)))
+        self.transitions.append(Transition(status, now, None, MESSAGES.get(status)))
+        return Event(now, "status", None, status)
 
     def close(self) -> None:
         last = self.transitions[-1]
         self.transitions[-1] = Transition(last.status, last.start, last.start, last.message)
 
 
-def plan_for(request: JobRequest, backend: Backend, *, python: str | None = None,
-             diag_dir: str | None = None) -> planning.JobPlan:
-    """The plan this backend would run (used by ``run`` and by ``python -m emulator plan``)."""
-    extra_path: list[str] = []
-    if backend.name == "process":
-        python = python or sys.executable
-        command = [python, str(jobenv.train_script())]
-        # As in a DLC, the interpreter's scripts (torchrun, mpirun wrappers) are on PATH.
-        extra_path = list(dict.fromkeys([str(Path(python).parent), str(jobenv.train_script().parent)]))
-    else:
-        python = python or "python3"
-        command = backend.train_command()
-    gethostname_so = None
-    if backend.name == "process":
-        spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
-        gethostname_so = spec.origin if spec is not None else None
-    return planning.build(request, base_env=backend.base_env(), inhost_root=backend.inhost_root,
-                          train_command=command, python=python, num_cpus=os.cpu_count() or 1,
-                          diag_dir=diag_dir, aws_credentials=dict(os.environ), extra_path=extra_path,
-                          gethostname_so=gethostname_so)
+def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[str, str],
+                job_id: str, scratch: Path, python: str | None = None) -> tuple[planning.JobPlan, LaunchSpec]:
+    """The plan and launch spec ``backend`` runs for ``request`` (``run`` and ``plan`` both use
+    this). ``python``: the job environment's interpreter (default: the backend's prediction)."""
+    runtime = backend.runtime(python=python or backend.job_python(request))
+    job_plan = planning.build(request, runtime=runtime, caller_env=caller_env, num_cpus=os.cpu_count() or 1)
+    spec = backend.launch_spec(job_plan, job_id=job_id, scratch=scratch, logs=request.job_dir / "logs")
+    return job_plan, spec
 
 
-@dataclass
-class _Attempt:
-    """How one start of the job's hosts ended."""
+def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
+    """Faults (when any), topology diagnostics and toolkit-quirk warnings."""
+    from .diagnostics import TopologyObserver
+    from .faults import FaultObserver
+    from .quirks import QuirkObserver
 
-    outcome: str  # Completed | Failed | Stopped | Interrupted
-    secondary: str
-    hosts: list[HostOutcome]
-    first: tuple[str, int, float] | None
-    runner: str
-    events: list[dict[str, Any]]
-    training_seconds: float
+    observers: list[Observer] = [TopologyObserver(), QuirkObserver(request.hyperparameters)]
+    if faults:
+        observers.insert(0, FaultObserver(faults))
+    return observers
 
 
 class _JobRun:
     """One job from request to result; a spot interruption makes it start its hosts again."""
 
     def __init__(self, request: JobRequest, backend: Backend, *, stream: TextIO, echo: bool,
-                 stop_grace: float, keep_hosts: bool, faults: Sequence[Any],
-                 stop: threading.Event | None = None) -> None:
+                 stop_grace: float, keep_hosts: bool, observers: Sequence[Observer],
+                 stop: threading.Event, clock: Clock, caller_env: Mapping[str, str]) -> None:
         self.request = request
         self.be = backend
         self.stream = stream
         self.echo = echo
         self.stop_grace = stop_grace
         self.keep_hosts = keep_hosts
-        self.faults = list(faults)
-        self.stop = stop or threading.Event()
-        self.clock = _Clock([])
+        self.observers = list(observers)
+        self.stop = stop
+        self.clock = clock
+        self.caller_env = caller_env
+        self.transitions = _Transitions(clock)
+        self.events: list[Event] = []
         self.job_dir = request.job_dir
         self.logs = self.job_dir / "logs"
         self.scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
         (self.scratch / "owner").write_text(f"{os.getpid()}\n")
-        self.diag_dir = self.scratch / "diagnostics"
-        self.diag_dir.mkdir()
-        self.injector: Any = None
+        self.diag_dir = self.scratch / "backend-0" / "diagnostics"
         self.deadline = 0.0
+        self.observer_errors: list[Diagnostic] = []
 
-    # -- one attempt ------------------------------------------------------------------------
-    def attempt(self, number: int) -> _Attempt:
-        request, be = self.request, self.be
-        if number > 0:
-            self.clock.enter("Starting")
-            shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
-        python, _ready = jobenv.prepare(request.source_dir, self.job_dir / "hosts", self.logs / "jobenv.log")
-        job_plan = plan_for(request, be, python=python if be.name == "process" else None, diag_dir=DIAG_TARGET)
-        self.clock.enter("Downloading")
-        trees = materialise.write_all(job_plan, self.job_dir)
-        log_paths = {h.name: self.logs / f"{h.name}.log" for h in job_plan.hosts}
-        for p in log_paths.values():
-            p.touch()
-        specs = [HostSpec(name=h.name, address=h.address, opt_ml=trees[h.name][0], env=h.env,
-                          command=h.command, workdir="/opt/ml/code", hosts_file=job_plan.hosts_file,
-                          log_path=log_paths[h.name],
-                          mounts=[*trees[h.name][1], *be.inhost_mounts(), Mount(self.diag_dir, DIAG_TARGET)],
-                          image=request.image_uri, labels={"sagemaker-emulator.job": request.job_name})
-                 for h in job_plan.hosts]
-        job_id = f"{request.job_name[:40]}-{uuid.uuid4().hex[:8]}"
-        handle: JobHandle | None = None
-        tailer = LogTailer(log_paths, stream=self.stream, echo=self.echo, sink=self._on_line).start()
-        exits: dict[str, tuple[int, float]] = {}
-        first: tuple[str, int, float] | None = None
-        events: list[dict[str, Any]] = []
-        outcome, secondary = "Failed", "Failed"
-        training_start = time.time()
-        try:
-            self.clock.enter("Training")
-            _say(self.stream, f"{request.job_name}: starting {len(specs)} host(s) on the {be.name} backend, "
-                 f"runner {job_plan.runner}", self.echo)
-            handle = be.start(JobSpec(job_id=job_id, hosts=specs, scratch=self.scratch / f"backend-{number}"))
-            if self.faults:
-                from .faults import FaultInjector
-
-                self.injector = FaultInjector(self.faults, handle, time.monotonic())
-            while True:
-                now = time.time()
-                for name, host in handle.hosts.items():
-                    rc = host.poll()
-                    if rc is not None and name not in exits:
-                        exits[name] = (rc, now)
-                        if rc != 0 and first is None:
-                            first = (name, rc, now)
-                if first is not None:
-                    outcome, secondary = "Failed", "Failed"
-                    break
-                if len(exits) == len(specs):
-                    outcome, secondary = "Completed", "Completed"
-                    break
-                if self.injector is not None:
-                    events += [_event_dict(e) for e in self.injector.tick(time.monotonic())]
-                    if self.injector.spot_requested():
-                        _say(self.stream, "spot interruption: stopping every host", self.echo)
-                        self.clock.enter("Interrupted")
-                        handle.teardown(self.stop_grace)
-                        outcome, secondary = "Interrupted", "Interrupted"
-                        break
-                if self.stop.is_set():
-                    self.clock.enter("Stopping")
-                    _say(self.stream, f"stop requested: SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
-                    handle.teardown(self.stop_grace)
-                    outcome, secondary = "Stopped", "Stopped"
-                    break
-                if time.monotonic() >= self.deadline:
-                    self.clock.enter("Stopping")
-                    _say(self.stream, f"MaxRuntimeInSeconds ({request.max_runtime_seconds}) exceeded: "
-                         f"SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
-                    handle.teardown(self.stop_grace)
-                    outcome, secondary = "Stopped", "MaxRuntimeExceeded"
-                    break
-                time.sleep(POLL_INTERVAL)
-        finally:
-            if self.injector is not None:  # thaw frozen hosts; faults not fired carry over a restart
-                events += [_event_dict(e) for e in self.injector.close(time.monotonic())]
-                self.faults = self.injector.pending()
-                self.injector = None
-            if handle is not None:
-                handle.teardown(FAIL_FAST_GRACE)
-            tailer.stop()
-        hosts = []
-        for h in job_plan.hosts:
-            rc = handle.hosts[h.name].poll() if handle is not None else None
-            failure = materialise.host_root(self.job_dir, h.name) / "output" / "failure"
-            hosts.append(HostOutcome(h.name, rc, log_paths[h.name], exits.get(h.name, (0, None))[1],
-                                     failure.read_text(errors="replace") if failure.exists() else None))
-        materialise.sync_checkpoints(job_plan, self.job_dir)
-        return _Attempt(outcome, secondary, hosts, first, job_plan.runner, events, time.time() - training_start)
+    # -- observers -------------------------------------------------------------------------------
+    def _notify(self, hook: str, *args: Any) -> None:
+        for o in self.observers:
+            try:
+                result = getattr(o, hook)(*args)
+            except Exception as exc:  # an observer must never break the job
+                self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.{hook}: {exc!r}"))
+                continue
+            if hook in ("on_tick", "before_stop", "on_end") and result:
+                self.events.extend(result)
 
     def _on_line(self, host: str, line: str) -> None:
-        injector = self.injector
-        if injector is not None:
-            injector.on_line(host, line)
+        for o in self.observers:
+            try:
+                o.on_line(host, line)
+            except Exception:
+                pass
 
-    # -- the whole job ------------------------------------------------------------------------
+    def _enter(self, status: str) -> None:
+        self.events.append(self.transitions.enter(status))
+
+    # -- one attempt ---------------------------------------------------------------------------
+    def _plan(self, python: str | None, scratch: Path) -> tuple[planning.JobPlan, LaunchSpec]:
+        return launch_plan(self.request, self.be, caller_env=self.caller_env, python=python, scratch=scratch,
+                           job_id=f"{self.request.job_name[:40]}-{uuid.uuid4().hex[:8]}")
+
+    def attempt(self, number: int) -> AttemptResult:
+        request, be, clock = self.request, self.be, self.clock
+        scratch = self.scratch / f"backend-{number}"
+        if number > 0:
+            self._enter("Starting")
+            shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
+        handle: JobHandle | None = None
+        tailer: LogTailer | None = None
+        job_plan: planning.JobPlan | None = None
+        spec: LaunchSpec | None = None
+        exits: dict[str, tuple[P.HostExit, float]] = {}
+        first: FirstFailure | None = None
+        outcome = Outcome.FAILED
+        interrupted: BaseException | None = None
+        started = clock.monotonic()
+        try:
+            python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
+                                       env=planning.common_env(request, be.runtime(), self.caller_env))
+            self._enter("Downloading")
+            job_plan, spec = self._plan(python, scratch)
+            materialise.write_all(job_plan)
+            for h in spec.hosts:
+                h.log_path.touch()
+            tailer = LogTailer({h.name: h.log_path for h in spec.hosts}, stream=self.stream, echo=self.echo,
+                               sink=self._on_line).start()
+            self._enter("Training")
+            self._say(f"{request.job_name}: starting {len(spec.hosts)} host(s) on the {be.name} backend, "
+                      f"runner {job_plan.runner}")
+            for tries in range(START_TRIES):
+                try:
+                    handle = be.start(spec)
+                    break
+                except SubnetTaken:  # a concurrent job took the subnet first: plan the network again
+                    if tries == START_TRIES - 1:
+                        raise EmulatorError(f"the job network could not be created in {START_TRIES} tries "
+                                            f"(concurrent jobs kept taking {spec.subnet})") from None
+                    job_plan, spec = self._plan(python, scratch)
+            assert handle is not None
+            (self.job_dir / LAUNCH_SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=1, default=str))
+            started = clock.monotonic()
+            self.events += [Event(clock.time(), "host-start", h.name) for h in spec.hosts]
+            self.diag_dir = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR),
+                                 scratch / "diagnostics")
+            self._notify("on_start", AttemptContext(number, handle, tuple(h.name for h in spec.hosts),
+                                                    self.diag_dir, started, clock.time()))
+            outcome, first = self._watch(handle, exits)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI
+            interrupted, outcome = exc, Outcome.STOPPED
+            self._enter("Stopping")
+            self._say("interrupted: stopping every host")
+            if handle is not None:
+                self._notify("before_stop", StopReason.INTERRUPT)
+        finally:
+            self._notify("on_end", clock.monotonic())
+            if handle is not None:
+                handle.teardown(FAIL_FAST_GRACE)
+            if tailer is not None:
+                tailer.stop()
+        hosts = []
+        for h in spec.hosts if spec is not None else ():
+            done = exits.get(h.name)
+            ended = handle.hosts[h.name].poll() if handle is not None else None
+            failure = materialise.host_root(self.job_dir, h.name) / "output" / "failure"
+            hosts.append(HostOutcome(h.name, done[0] if done else ended, h.log_path,
+                                     done[1] if done else (clock.time() if ended else None),
+                                     failure.read_text(errors="replace") if failure.exists() else None))
+        if job_plan is not None:
+            materialise.sync_checkpoints(job_plan, self.job_dir)
+        return AttemptResult(outcome, tuple(hosts), first, clock.monotonic() - started,
+                             job_plan.runner if job_plan else None, interrupted)
+
+    def _watch(self, handle: JobHandle,
+               exits: dict[str, tuple[P.HostExit, float]]) -> tuple[Outcome, FirstFailure | None]:
+        """Monitor, decide, act: until :func:`decide` says how the attempt ends."""
+        clock, first = self.clock, None
+        while True:
+            for name, host in handle.hosts.items():
+                ended = host.poll() if name not in exits else None
+                if ended is not None:
+                    exits[name] = (ended, clock.time())
+                    self.events.append(Event(clock.time(), "host-exit", name, ended.describe()))
+                    if not ended.ok and first is None:
+                        first = FirstFailure(name, ended, clock.time())
+                        self.events.append(Event(first.time, "first-failure", name, ended.describe()))
+            self._notify("on_tick", clock.monotonic())
+            outcome = decide({n: e for n, (e, _) in exits.items()}, len(handle.hosts), now=clock.monotonic(),
+                             deadline=self.deadline, stop_requested=self.stop.is_set(),
+                             restart_requested=any(o.restart_requested() for o in self.observers))
+            if outcome is None:
+                clock.sleep(POLL_INTERVAL)
+                continue
+            if outcome is not Outcome.COMPLETED:
+                self._stop_hosts(handle, outcome, exits)
+            return outcome, first
+
+    def _stop_hosts(self, handle: JobHandle, outcome: Outcome, exits: Mapping[str, Any]) -> None:
+        """Act on an outcome that leaves hosts running: say why, let observers look, stop them."""
+        grace = FAIL_FAST_GRACE if outcome is Outcome.FAILED else self.stop_grace
+        if outcome is Outcome.INTERRUPTED:
+            self._enter("Interrupted")
+            self._say("spot interruption: stopping every host")
+        elif outcome is Outcome.STOPPED:
+            self._enter("Stopping")
+            self._say(f"stop requested: SIGTERM, then SIGKILL after {grace:g} s")
+        elif outcome is Outcome.MAX_RUNTIME:
+            self._enter("Stopping")
+            self._say(f"MaxRuntimeInSeconds ({self.request.max_runtime_seconds}) exceeded: SIGTERM, "
+                      f"then SIGKILL after {grace:g} s")
+        if any(name not in exits for name in handle.hosts):
+            self.events.append(Event(self.clock.time(), "stop", None, STOP_REASONS[outcome].value))
+            self._notify("before_stop", STOP_REASONS[outcome])
+        handle.teardown(grace)
+
+    # -- the whole job ---------------------------------------------------------------------------
     def run(self) -> JobResult:
-        request = self.request
-        created = time.time()
-        self.clock.enter("Starting")
+        request, clock = self.request, self.clock
+        created = clock.time()
+        self._enter("Starting")
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        self.deadline = time.monotonic() + request.max_runtime_seconds
-        attempts: list[_Attempt] = []
-        interrupted = False
-        diagnostics: list[Any] = []
+        self.deadline = clock.monotonic() + request.max_runtime_seconds
+        attempts: list[AttemptResult] = []
+        reports: list[Report] = []
         try:
             while True:
                 attempts.append(self.attempt(len(attempts)))
-                if attempts[-1].outcome != "Interrupted":
+                if attempts[-1].outcome is not Outcome.INTERRUPTED or attempts[-1].interrupted:
                     break
-            diagnostics = _diagnostics(self.diag_dir)  # before the scratch tree goes
-        except KeyboardInterrupt:
-            interrupted = True
-            self.clock.enter("Stopping")
-            attempts.append(_Attempt("Stopped", "Stopped", [], None, "", [], 0.0))
+                self.events.append(Event(clock.time(), "restart"))
+            last = attempts[-1]
+            hosts = last.hosts or next((a.hosts for a in reversed(attempts) if a.hosts), ())
+            finish = FinishContext(self.job_dir, self.diag_dir, last.outcome.status, last.outcome.secondary,
+                                   tuple(hosts), tuple(self.events),
+                                   last.first_failure.host if last.first_failure else None)
+            for o in self.observers:  # before the scratch tree (rank records) goes
+                try:
+                    reports.append(o.report(finish))
+                except Exception as exc:
+                    self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.report: {exc!r}"))
         finally:
             shutil.rmtree(self.scratch, ignore_errors=True)
-            if not self.keep_hosts and not attempts:
-                shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
-        last = attempts[-1]
-        hosts = last.hosts or (attempts[-2].hosts if len(attempts) > 1 else [])
-        self.clock.enter("Uploading")
+        self._enter("Uploading")
         roots = [materialise.host_root(self.job_dir, h.name) for h in hosts]
         out_dir = self.job_dir / "output"
         model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
-        failure_reason = _failure_reason(hosts, last.first) if last.outcome == "Failed" else None
-        warnings = _quirk_warnings(hosts, request)
-        self.clock.enter(last.secondary)
-        self.clock.close()
-        end = time.time()
-        description = _describe(request, self.clock, created, end, last.outcome, last.secondary, failure_reason,
-                                model, hosts, last.first, diagnostics, self.be.name, last.runner or None)
-        description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
+        failure_reason = _failure_reason(hosts, last.first_failure) if last.outcome is Outcome.FAILED else None
+        self._enter(last.outcome.secondary)
+        self.transitions.close()
+        merged = _merge(reports)
+        diagnostics = [*merged.diagnostics, *self.observer_errors]
+        end = clock.time()
+        spot = sum(a.outcome is Outcome.INTERRUPTED for a in attempts)
+        description = _describe(request, self.transitions, created, end, last, hosts, diagnostics, self.be.name)
+        if spot:  # billed for training time only, across the attempts
+            description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
         description["Emulator"].update({
-            "SpotInterruptions": sum(a.outcome == "Interrupted" for a in attempts),
-            "Faults": [e for a in attempts for e in a.events],
-            "Warnings": warnings,
+            "SpotInterruptions": spot,
+            "Faults": [],
+            "Warnings": merged.warnings,
             "Deviations": [text for on, text in ((request.short_toolkit_sleeps, "toolkit MPI sleeps capped at 1 s"),
                                                  (request.fast_start, "fast rank start (forked ranks)")) if on],
+            "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
+            **merged.emulator,
         })
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
             shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
-        result = JobResult(job_name=request.job_name, status=last.outcome, secondary_status=last.secondary,
-                           failure_reason=failure_reason, job_dir=self.job_dir, hosts=tuple(hosts),
-                           description=description, model_artifact=model, output_artifact=output,
-                           diagnostics=tuple(diagnostics), warnings=tuple(warnings),
-                           first_failure=last.first[0] if last.first else None)
-        _summary(result, self.stream, self.echo, last.first)
-        if interrupted:
-            raise KeyboardInterrupt
+        result = JobResult(job_name=request.job_name, status=last.outcome.status,
+                           secondary_status=last.outcome.secondary, failure_reason=failure_reason,
+                           job_dir=self.job_dir, hosts=tuple(hosts), description=description,
+                           model_artifact=model, output_artifact=output, diagnostics=tuple(diagnostics),
+                           warnings=tuple(merged.warnings),
+                           first_failure=last.first_failure.host if last.first_failure else None)
+        _summary(result, self.stream, self.echo, merged.console)
+        if last.interrupted is not None:
+            raise last.interrupted
         return result
+
+    def _say(self, text: str) -> None:
+        if self.echo:
+            self.stream.write(paint(f"[emulator] {text}", "1", self.stream) + "\n")
+            self.stream.flush()
 
 
 def run(request: JobRequest, *, backend: str | Backend = "process", stream: TextIO | None = None,
-        echo: bool = True, stop_grace: float = SAGEMAKER_STOP_GRACE, keep_hosts: bool = False,
-        faults: Sequence[Any] = (), stop: threading.Event | None = None) -> JobResult:
+        echo: bool = True, stop_grace: float = P.STOP_GRACE, keep_hosts: bool = False,
+        faults: Sequence[Any] = (), stop: threading.Event | None = None,
+        observers: Sequence[Observer] = (), clock: Clock | None = None,
+        caller_env: Mapping[str, str] | None = None) -> JobResult:
     """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``.
 
     Setting ``stop`` (from another thread) stops the job as StopTrainingJob does: SIGTERM,
-    ``stop_grace``, SIGKILL, status ``Stopped``.
-
-    ``faults`` are :mod:`emulator.faults` values injected while the job runs. Raises
-    :class:`KeyboardInterrupt` after tearing everything down and writing ``job.json`` (Stopped)
-    when interrupted.
+    ``stop_grace``, SIGKILL, status ``Stopped``. ``faults`` are :mod:`emulator.faults` values (or
+    their CLI strings) injected while the job runs; ``observers`` are added to the default ones.
+    ``caller_env`` (default: this process's environment) is where ``pass_env`` names and, when
+    forwarded, AWS credentials are read. Raises :class:`KeyboardInterrupt` after tearing
+    everything down and writing ``job.json`` (Stopped) when interrupted.
     """
     be = get_backend(backend) if isinstance(backend, str) else backend
     if faults:
@@ -306,111 +453,99 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
         fault_specs.check(faults, request.hosts)
     be.check()
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
-                   keep_hosts=keep_hosts, faults=faults, stop=stop).run()
+                   keep_hosts=keep_hosts, observers=[*default_observers(request, faults), *observers],
+                   stop=stop or threading.Event(), clock=clock or SystemClock(),
+                   caller_env=dict(os.environ) if caller_env is None else caller_env).run()
 
 
-def _event_dict(event: Any) -> dict[str, Any]:
-    if isinstance(event, dict):
-        return event
-    if hasattr(event, "to_dict"):
-        return dict(event.to_dict())
-    return {"event": str(event)}
+def _merge(reports: Sequence[Report]) -> Report:
+    merged = Report()
+    for r in reports:
+        merged.diagnostics += r.diagnostics
+        merged.warnings += r.warnings
+        merged.emulator.update(r.emulator)
+        merged.console += r.console
+        merged.events += r.events
+    return merged
 
 
-def _quirk_warnings(hosts: Sequence[HostOutcome], request: JobRequest) -> list[str]:
-    try:
-        from .quirks import detect
-    except ImportError:
-        return []
-    logs = {h.name: h.log.read_text(errors="replace") if h.log.exists() else "" for h in hosts}
-    return list(detect(logs, request.hyperparameters))
-
-
-def _say(stream: TextIO, text: str, echo: bool) -> None:
-    if echo:
-        stream.write(paint(f"[emulator] {text}", "1", stream) + "\n")
-        stream.flush()
-
-
-def _failure_reason(hosts: Sequence[HostOutcome], first: tuple[str, int, float] | None) -> str:
-    ordered = sorted(hosts, key=lambda h: (h.name != (first[0] if first else None), h.name))
+def _failure_reason(hosts: Sequence[HostOutcome], first: FirstFailure | None) -> str:
+    """``AlgorithmError: `` + the first failing host's failure file (as the toolkit wrote it), else
+    the container's exit status, as SageMaker reports it."""
+    ordered = sorted(hosts, key=lambda h: (h.name != (first.host if first else None), h.name))
     for h in ordered:
         if h.failure:
             return ("AlgorithmError: " + h.failure.strip())[:FAILURE_REASON_LIMIT]
-    code = first[1] if first else 1
-    # as a container's exit status: killed by signal N is 128+N (docker's convention)
-    return f"AlgorithmError: Exit Code: {128 - code if code < 0 else code}"
+    return f"AlgorithmError: Exit Code: {first.exit.status if first else 1}"
 
 
-def _diagnostics(diag_dir: Path) -> list[Any]:
-    try:
-        from .diagnostics import analyze
-    except ImportError:
-        return []
-    try:
-        return list(analyze(diag_dir))
-    except Exception as exc:  # diagnostics must never hide the job's own result
-        from .result import Diagnostic
-
-        return [Diagnostic("diagnostics-error", f"could not analyse rank records: {exc}")]
-
-
-def _describe(request: JobRequest, clock: _Clock, created: float, end: float, status: str,
-              secondary: str, failure_reason: str | None, model: Path | None,
-              hosts: Sequence[HostOutcome], first: tuple[str, int, float] | None,
-              diagnostics: Sequence[Any], backend: str, runner: str | None) -> dict[str, Any]:
-    transitions = clock.transitions
-    start = next((t.start for t in transitions if t.status == "Downloading"), created)
+def _describe(request: JobRequest, transitions: _Transitions, created: float, end: float,
+              last: AttemptResult, hosts: Sequence[HostOutcome], diagnostics: Sequence[Diagnostic],
+              backend: str) -> dict[str, Any]:
+    start = next((t.start for t in transitions.transitions if t.status == "Downloading"), created)
     seconds = max(1, round(end - start))
+    first = last.first_failure
     d: dict[str, Any] = {
         "TrainingJobName": request.job_name,
         "TrainingJobArn": request.arn,
-        "TrainingJobStatus": status,
-        "SecondaryStatus": secondary,
-        "SecondaryStatusTransitions": [t.to_dict() for t in transitions],
+        "TrainingJobStatus": last.outcome.status,
+        "SecondaryStatus": last.outcome.secondary,
+        "SecondaryStatusTransitions": [t.to_dict() for t in transitions.transitions],
         "CreationTime": iso(created),
         "TrainingStartTime": iso(start),
         "TrainingEndTime": iso(end),
         "LastModifiedTime": iso(end),
         "TrainingTimeInSeconds": seconds,
         "BillableTimeInSeconds": seconds,
-        **request.to_dict(),
-        "ModelArtifacts": {"S3ModelArtifacts": model.as_uri() if model else None},
+        **{k: v for k, v in request.to_dict().items() if k != "TrainingJobName"},
     }
-    d.pop("TrainingJobName")
-    d = {"TrainingJobName": request.job_name, **d}
-    if failure_reason:
-        d["FailureReason"] = failure_reason
+    model = request.job_dir / "output" / "model.tar.gz"
+    d["ModelArtifacts"] = {"S3ModelArtifacts": model.as_uri() if model.exists() else None}
+    if last.outcome is Outcome.FAILED:
+        d["FailureReason"] = _failure_reason(hosts, first)
     d["Emulator"] = {
         "Backend": backend,
-        "Runner": runner,
+        "Runner": last.runner,
         "JobDir": str(request.job_dir),
-        "Hosts": [{"Host": h.name, "ExitCode": h.exit_code, "How": h.how, "Log": str(h.log)} for h in hosts],
-        "FirstFailure": ({"Host": first[0], "ExitCode": first[1], "Time": iso(first[2])} if first else None),
+        "LaunchSpec": str(request.job_dir / LAUNCH_SPEC_FILE),
+        "Hosts": [{"Host": h.name, "ExitCode": h.exit_code, "Signal": _signal_name(h.signal), "How": h.how,
+                   "Log": str(h.log)} for h in hosts],
+        "FirstFailure": ({"Host": first.host, "ExitCode": first.exit.status,
+                          "Signal": _signal_name(first.exit.signal), "Time": iso(first.time)} if first else None),
         "Diagnostics": [{"Kind": x.kind, "Message": x.message, "Hosts": list(x.hosts)} for x in diagnostics],
     }
     return d
 
 
-def _summary(result: JobResult, stream: TextIO, echo: bool, first: tuple[str, int, float] | None) -> None:
+def _signal_name(sig: int | None) -> str | None:
+    if sig is None:
+        return None
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+def _summary(result: JobResult, stream: TextIO, echo: bool, console: Sequence[str]) -> None:
     if not echo:
         return
     rows = [(h.name, h.how, str(h.log)) for h in result.hosts]
     colour = "32" if result.ok else "31"
     stream.write("\n" + table(["host", "ended", "log"], rows) + "\n")
     stream.write(paint(f"{result.job_name}: {result.status} ({result.secondary_status})", colour, stream) + "\n")
-    if first is not None:
-        host = next(h for h in result.hosts if h.name == first[0])
+    if result.first_failure is not None:
+        host = next(h for h in result.hosts if h.name == result.first_failure)
         stream.write(f"first failure: {host.name} ({host.how}); last lines of {host.log}:\n")
         stream.write("\n".join("    " + line for line in tail(host.log, FAILED_LOG_LINES).splitlines()) + "\n")
     if result.failure_reason:
         stream.write(f"FailureReason: {result.failure_reason}\n")
+    for line in console:
+        stream.write(line + "\n")
     for w in result.warnings:
         stream.write(paint(f"warning: {w}", "33", stream) + "\n")
     for d in result.diagnostics:
         stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
     stream.write(f"job.json: {result.job_dir / 'job.json'}\n")
     stream.flush()
-
-
-_ = signal

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.faults import process_environ
+from emulator.inhost.protocol import proc_environ as process_environ
 
 OWNER_VAR = "SMEMU_TEST_OWNER"
 OWNER = str(os.getpid())

@@ -6,6 +6,7 @@ differences). ``test_comparison_catches_a_changed_variable`` proves the comparis
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -30,8 +31,6 @@ COMPARED = re.compile(r"^(SM_|SAGEMAKER_|TRAINING_JOB_|AWS_|OMPI_COMM_WORLD_|NCC
                       r"LOCAL_WORLD_SIZE$|GROUP_RANK$|GROUP_WORLD_SIZE$|ROLE_|GLOO_|PYTHONUNBUFFERED$|LC_ALL$)")
 #: Documented differences (README, "Docker backend"): name → why it may differ or be missing.
 DOCUMENTED = {
-    "GLOO_SOCKET_IFNAME": "docker sets it to the container's interface; the process backend does not",
-    "NCCL_SOCKET_IFNAME": "docker sets it in the container env; the toolkit sets the same value later on both",
     "SM_TRAINING_ENV": "holds interpreter-specific paths of the host's Python",
     "TORCHELASTIC_RUN_ID": "random per launch",
     "TORCHELASTIC_ERROR_FILE": "a temp path chosen by torchrun",
@@ -51,15 +50,24 @@ def compare(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any
         return [f"different ranks: {sorted(a)} vs {sorted(b)}"]
     for name in sorted(a):
         da, db = a[name], b[name]
-        for key in ("hostname", "resolves", "cwd", "opt_ml", "config"):
+        for key in ("hostname", "cwd", "opt_ml", "config"):
             if da[key] != db[key]:
                 problems.append(f"{name}: {key} {da[key]!r} != {db[key]!r}")
+        # each job network is a /24 of its own (a concurrent docker job may hold 10.0.0.0/24):
+        # algo-N must resolve to the same host number of it on both backends
+        ra, rb = (_host_numbers(d["resolves"]) for d in (da, db))
+        if ra != rb:
+            problems.append(f"{name}: resolves {da['resolves']!r} != {db['resolves']!r}")
         keys = {k for k in (*da["env"], *db["env"]) if COMPARED.match(k)}
         for key in sorted(keys - set(DOCUMENTED)):
             va, vb = da["env"].get(key), db["env"].get(key)
             if va != vb:
                 problems.append(f"{name}: {key} {va!r} != {vb!r}")
     return problems
+
+
+def _host_numbers(resolved: Mapping[str, str]) -> dict[str, int]:
+    return {name: int(ipaddress.ip_address(address)) & 0xFF for name, address in resolved.items()}
 
 
 def run(backend: str, dist: Any, out: Path, name: str) -> emulator.JobResult:  # type: ignore[name-defined]
@@ -96,5 +104,9 @@ def test_comparison_catches_a_changed_variable() -> None:
     assert compare(a, same) == []  # documented or not compared
     changed = {"env-algo-1-0.json": {**base, "env": {**env, "SM_CURRENT_HOST": "algo-2"}}}
     assert compare(a, changed) == ["env-algo-1-0.json: SM_CURRENT_HOST 'algo-1' != 'algo-2'"]
+    other_subnet = {"env-algo-1-0.json": {**base, "resolves": {"algo-1": "10.0.1.2"}, "env": env}}
+    assert compare(a, other_subnet) == []
+    moved = {"env-algo-1-0.json": {**base, "resolves": {"algo-1": "10.0.0.3"}, "env": env}}
+    assert compare(a, moved) == ["env-algo-1-0.json: resolves {'algo-1': '10.0.0.2'} != {'algo-1': '10.0.0.3'}"]
     missing = {"env-algo-1-0.json": {**base, "env": {k: v for k, v in env.items() if k != "RANK"}}}
     assert compare(a, missing) == ["env-algo-1-0.json: RANK '0' != None"]

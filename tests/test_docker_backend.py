@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from emulator.backends.base import HostSpec, JobSpec, Mount
+from emulator.backends.base import HostLaunch, LaunchSpec, Mount, host_addresses, hosts_file
 from emulator.errors import BackendUnavailable
+from emulator.inhost.protocol import HostExit
 
 FAKE_OWNER = (4242, 4343)  # not us: proves the chown hand-back
 WAIT = 60.0
@@ -66,22 +67,30 @@ def _labelled(client: Any, job_id: str) -> list[str]:
 
 @pytest.fixture
 def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
-    """Factory: a JobSpec of hosts running the given commands; checks nothing leaks."""
-    jobs: list[JobSpec] = []
+    """Factory: a LaunchSpec of hosts running the given commands; checks nothing leaks."""
+    from emulator.backends.docker import DEFAULT_IMAGE, _free_subnet
+    from emulator.inhost.protocol import JOB_SUBNET
 
-    def make(*commands: Sequence[str], mounts: Sequence[Mount] = ()) -> JobSpec:
+    jobs: list[LaunchSpec] = []
+
+    def make(*commands: Sequence[str], mounts: Sequence[Mount] = ()) -> LaunchSpec:
         job_id = f"t{uuid.uuid4().hex[:8]}"
+        names = [f"algo-{i}" for i in range(1, len(commands) + 1)]
+        subnet = _free_subnet(docker_client, JOB_SUBNET)
+        addresses = host_addresses(subnet, names)
+        scratch = tmp_path / job_id / "scratch"
         hosts = []
-        for i, cmd in enumerate(commands, start=1):
-            name = f"algo-{i}"
+        for name, cmd in zip(names, commands):
             opt_ml = tmp_path / job_id / name / "opt_ml"
             for sub in ("input/config", "output/data", "model"):
                 (opt_ml / sub).mkdir(parents=True)
-            hosts.append(HostSpec(
-                name=name, address=f"10.0.0.{i + 1}", opt_ml=opt_ml,
-                env={"SM_CURRENT_HOST": name}, command=list(cmd), workdir="/",
-                hosts_file="", log_path=tmp_path / job_id / f"{name}.log", mounts=mounts))
-        job = JobSpec(job_id=job_id, hosts=hosts, scratch=tmp_path / job_id / "scratch")
+            hosts.append(HostLaunch(
+                name=name, address=addresses[name], command=tuple(cmd), env={"SM_CURRENT_HOST": name},
+                workdir="/", mounts=(Mount(opt_ml, "/opt/ml"), *mounts,
+                                     Mount(scratch / name / "hosts", "/etc/hosts", read_only=True)),
+                hosts_file=hosts_file(addresses), log_path=tmp_path / job_id / f"{name}.log", argv=(),
+                image=DEFAULT_IMAGE))
+        job = LaunchSpec(backend="docker", job_id=job_id, subnet=subnet, hosts=tuple(hosts), scratch=scratch)
         jobs.append(job)
         return job
 
@@ -102,14 +111,29 @@ def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
         assert not leaked, f"left behind: {leaked}"
 
 
+def _opt_ml(host: HostLaunch) -> Path:
+    return next(m.source for m in host.mounts if m.target == "/opt/ml")
+
+
+def _inhost_mount() -> Mount:
+    from emulator.backends.docker import INHOST_ROOT
+    from emulator.inhost import ROOT
+
+    return Mount(ROOT, INHOST_ROOT, read_only=True)
+
+
+def _status(handle: Any) -> dict[str, int | None]:
+    return {n: (e.status if e is not None else None) for n, e in ((n, h.poll()) for n, h in handle.hosts.items())}
+
+
 def _wait_all(handle: Any, timeout: float = WAIT) -> dict[str, int | None]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rcs = {n: h.poll() for n, h in handle.hosts.items()}
+        rcs = _status(handle)
         if all(rc is not None for rc in rcs.values()):
             return rcs
         time.sleep(0.1)
-    return {n: h.poll() for n, h in handle.hosts.items()}
+    return _status(handle)
 
 
 def _wait_log(path: Path, text: str, timeout: float = WAIT) -> str:
@@ -124,7 +148,7 @@ def _wait_log(path: Path, text: str, timeout: float = WAIT) -> str:
 
 SCRIPT = ("hostname; for i in $(seq 200); do getent hosts algo-1 algo-2 | grep -q algo-1 && "
           "getent hosts algo-2 >/dev/null && break; sleep 0.1; done; getent hosts algo-1 algo-2; "
-          "echo ifname=$GLOO_SOCKET_IFNAME; sleep 2; "
+          "echo interfaces=$(ls /sys/class/net | tr '\\n' ,); sleep 2; "
           "ls /opt/sm-emulator/inhost >/dev/null && echo inhost-ok; "
           "echo hi > /opt/ml/output/data/from-$(hostname); mkdir -p /opt/ml/model/sub; "
           "touch /opt/ml/model/sub/m; exit {rc}")
@@ -137,7 +161,7 @@ def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
 
     backend = DockerBackend(owner=FAKE_OWNER)
     job = make_job(["sh", "-c", SCRIPT.format(rc=0)], ["sh", "-c", SCRIPT.format(rc=3)],
-                   mounts=backend.inhost_mounts())
+                   mounts=[_inhost_mount()])
     handle = backend.start(job)
     try:
         assert _wait_all(handle) == {"algo-1": 0, "algo-2": 3}
@@ -157,10 +181,10 @@ def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
         assert lines[0] == spec.name, log
         assert any(ln.endswith(" algo-1") for ln in lines), log
         assert any(ln.endswith(" algo-2") for ln in lines), log
-        assert "ifname=eth0" in lines and "inhost-ok" in lines, log
-        out = spec.opt_ml / "output" / "data" / f"from-{spec.name}"
+        assert "interfaces=eth0,lo," in lines and "inhost-ok" in lines, log
+        out = _opt_ml(spec) / "output" / "data" / f"from-{spec.name}"
         assert out.read_text() == "hi\n"
-        for p in (out, spec.opt_ml / "model" / "sub", spec.opt_ml / "model" / "sub" / "m"):
+        for p in (out, _opt_ml(spec) / "model" / "sub", _opt_ml(spec) / "model" / "sub" / "m"):
             assert (p.stat().st_uid, p.stat().st_gid) == FAKE_OWNER, p
 
 
@@ -176,7 +200,7 @@ def test_ssh_as_root_between_hosts_with_the_cluster_key(make_job: Any) -> None:
         deadline = time.monotonic() + WAIT
         while handle.hosts["algo-1"].poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert handle.hosts["algo-1"].poll() == 0, job.hosts[0].log_path.read_text()
+        assert _status(handle)["algo-1"] == 0, job.hosts[0].log_path.read_text()
         assert handle.hosts["algo-2"].poll() is None  # sshd still serving
         assert "on-algo-2 uid=0" in _wait_log(job.hosts[0].log_path, "on-algo-2")
         assert (job.scratch / "ssh" / "id_rsa").exists()
@@ -225,7 +249,7 @@ def test_teardown_kills_a_host_that_ignores_sigterm(make_job: Any, docker_client
     t0 = time.monotonic()
     handle.teardown(grace=1)
     assert time.monotonic() - t0 < 15
-    assert handle.hosts["algo-1"].poll() == -signal.SIGKILL
+    assert handle.hosts["algo-1"].poll() == HostExit(137, signal.SIGKILL)
     assert _labelled(docker_client, job.job_id) == []
 
 

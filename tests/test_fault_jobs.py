@@ -28,7 +28,7 @@ def test_sigkill_of_a_host_fails_the_job_within_seconds(tmp_path: Path) -> None:
     assert (result.status, result.secondary_status) == ("Failed", "Failed")
     assert result.first_failure == "algo-2"
     host = {h.name: h for h in result.hosts}
-    assert host["algo-2"].exit_code == -9 and host["algo-2"].how == "signal SIGKILL"
+    assert host["algo-2"].exit_code == 137 and host["algo-2"].how == "signal SIGKILL"
     assert result.failure_reason == "AlgorithmError: Exit Code: 137"
     desc = result.description
     [event] = desc["Emulator"]["Faults"]

@@ -14,7 +14,7 @@ import emulator
 from emulator import request as rq
 from emulator.backends import get_backend
 from emulator.result import JobResult
-from emulator.supervisor import plan_for
+from emulator.supervisor import launch_plan
 from emulator.supervisor import run as run_job
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -65,7 +65,7 @@ def test_every_rank_sees_its_place(torchrun_job: JobResult) -> None:
 def test_plan_launcher_equals_the_toolkits_logged_command(torchrun_job: JobResult, tmp_path: Path) -> None:
     req = rq.create(output_path=tmp_path, job_name="torchrun-2x2",
                     **{k: v for k, v in TORCHRUN_2X2.items() if k not in ("echo", "stop_grace")})
-    planned = plan_for(req, get_backend("process"))
+    planned, _ = launch_plan(req, get_backend("process"), caller_env={}, job_id="x", scratch=tmp_path)
     for host in planned.hosts:
         log = torchrun_job.log(host.name)
         logged = re.search(r"Invoking script with the following command:\s*\n\s*\n(.+)\n", log)

@@ -23,7 +23,7 @@ from emulator import request as rq
 from emulator import toolkit_model as tk
 from emulator.backends import get_backend, sshd
 from emulator.result import JobResult
-from emulator.supervisor import plan_for
+from emulator.supervisor import launch_plan
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MSG = "hello world; a=b \"q\""
@@ -162,7 +162,7 @@ def test_plan_predicts_the_full_mpirun_argv(jobs: dict[str, tuple[JobResult, flo
                                             tmp_path: Path) -> None:
     result, _ = jobs[name]
     req = rq.create(output_path=tmp_path, job_name=f"mpi-{name}", **BASE, **JOBS[name])
-    planned = plan_for(req, get_backend("process"))
+    planned, _ = launch_plan(req, get_backend("process"), caller_env={}, job_id="x", scratch=tmp_path)
     log = result.log("algo-1")
     logged = re.search(r"Invoking script with the following command:\s*\n\s*\n(.+)\n", log)
     assert logged, log[-2000:]
@@ -196,16 +196,20 @@ def test_prediction_shapes() -> None:
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
 def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
-    root = sshd.prepare(tmp_path)
-    assert sshd.prepare(tmp_path) == root  # idempotent within a job
+    root = tmp_path / "ssh"
+    sshd.prepare(root, homes=[])
+    key = (root / "dot-ssh" / "id_ed25519").read_bytes()
+    sshd.prepare(root, homes=[])
+    assert (root / "dot-ssh" / "id_ed25519").read_bytes() == key  # idempotent within a job
     assert (root / "dot-ssh" / "authorized_keys").read_text() == (root / "dot-ssh" / "id_ed25519.pub").read_text()
     assert oct((root / "etc-ssh" / "ssh_host_ed25519_key").stat().st_mode & 0o777) == "0o600"
     assert oct(root.stat().st_mode & 0o777) == "0o700"
     config = (root / "etc-ssh" / "sshd_config").read_text()
     for line in ("PermitRootLogin prohibit-password", "UsePAM yes", "StrictModes yes", "PidFile none"):
         assert line in config
-    assert sshd.prepare(tmp_path / "other") != root
+    sshd.prepare(tmp_path / "other", homes=[])
+    assert (tmp_path / "other" / "dot-ssh" / "id_ed25519").read_bytes() != key  # per job
     if (root / "pam-sshd").exists():
         assert not re.search(r"(?m)^session\s+required\s+pam_loginuid", (root / "pam-sshd").read_text())
     if os.geteuid() != 0:
-        assert sshd.bwrap_args(tmp_path) == []
+        assert sshd.bwrap_args(root, homes=[]) == []

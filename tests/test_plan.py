@@ -17,6 +17,7 @@ import pytest
 
 from emulator import plan as planning
 from emulator import request as rq
+from emulator.backends.base import Runtime, host_addresses, hosts_file
 
 ENTRY = "train.py"
 
@@ -31,10 +32,13 @@ def p4d_plan(tmp_path: Path) -> planning.JobPlan:
     req = rq.create(entry_point=ENTRY, source_dir=src, instance_count=2, instance_type="ml.p4d.24xlarge",
                     gpus_per_host=2, distribution={"torch_distributed": {"enabled": True}},
                     hyperparameters={"epochs": 2, "model-name": "resnet", "bf16": True},
-                    channels={"training": data}, output_path=tmp_path / "out", job_name="golden-job")
-    return planning.build(req, base_env={"PATH": "/usr/bin", "AWS_SECRET_ACCESS_KEY": "leak", "RANK": "3"},
-                          inhost_root="/inhost", train_command=["train"], python="/usr/bin/python3",
-                          num_cpus=2)
+                    channels={"training": data}, output_path=tmp_path / "out", job_name="golden-job",
+                    pass_env=["WANDB_PROJECT"])
+    runtime = Runtime(python="/usr/bin/python3", train_command=("train",), inhost_root="/inhost",
+                      base_env={"HOME": "/root"}, path="/usr/bin")
+    caller = {"PATH": "/home/me/bin", "AWS_SECRET_ACCESS_KEY": "leak", "RANK": "3", "HF_TOKEN": "secret",
+              "WANDB_PROJECT": "demo"}
+    return planning.build(req, runtime=runtime, caller_env=caller, num_cpus=2)
 
 
 def test_resourceconfig_is_the_real_shape(p4d_plan: planning.JobPlan) -> None:
@@ -99,16 +103,19 @@ def test_launcher_is_the_toolkits_torchrun(p4d_plan: planning.JobPlan) -> None:
         "--bf16", "True", "--epochs", "2", "--model-name", "resnet"]
 
 
-def test_environment_blocks_credentials_and_launcher_state(p4d_plan: planning.JobPlan) -> None:
+def test_environment_is_an_allowlist(p4d_plan: planning.JobPlan) -> None:
+    """Only the image's, the platform's and the named variables reach a host (issue 11, item 2)."""
     env = p4d_plan.hosts[0].env
-    assert "AWS_SECRET_ACCESS_KEY" not in env and "RANK" not in env
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "RANK" not in env and "HF_TOKEN" not in env
+    assert env["WANDB_PROJECT"] == "demo"  # named in pass_env
+    assert env["PATH"] == "/inhost/bin:/usr/bin"  # the image's PATH, not the caller's
     assert env["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
     assert env["AWS_EC2_METADATA_DISABLED"] == "true"
     assert env["TRAINING_JOB_NAME"] == "golden-job"
     assert env["TRAINING_JOB_ARN"].endswith(":training-job/golden-job")
     assert env["EMULATOR_GPU_COUNT"] == "2"
-    assert env["PATH"].startswith("/inhost/bin:")
-    assert p4d_plan.hosts_file.splitlines()[-2:] == ["10.0.0.2\talgo-1", "10.0.0.3\talgo-2"]
+    assert hosts_file(host_addresses("10.0.0.0/24", ["algo-1", "algo-2"])).splitlines()[-2:] == [
+        "10.0.0.2\talgo-1", "10.0.0.3\talgo-2"]
 
 
 def test_prediction_matches_the_real_toolkit(p4d_plan: planning.JobPlan, tmp_path: Path) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib
 
 from ..errors import RequestError
-from .base import Backend, HostHandle, HostSpec, JobHandle, JobSpec, Mount
+from .base import Backend, HostHandle, HostLaunch, JobHandle, LaunchSpec, Mount, Runtime
 
 BACKENDS = {"process": "emulator.backends.process:ProcessBackend",
             "docker": "emulator.backends.docker:DockerBackend"}
 
-__all__ = ["BACKENDS", "Backend", "HostHandle", "HostSpec", "JobHandle", "JobSpec", "Mount", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "HostHandle", "HostLaunch", "JobHandle", "LaunchSpec", "Mount", "Runtime",
+           "get_backend"]
 
 
 def get_backend(name: str) -> Backend:

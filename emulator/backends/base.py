@@ -1,12 +1,18 @@
-"""The backend interface: start a job's hosts, hand back handles, tear everything down.
+"""The backend interface: plan → launch spec (pure) → running hosts → teardown.
 
-A backend knows nothing of SageMaker. It receives :class:`HostSpec` values (already planned and
-materialised: the per-host ``/opt/ml`` folder, environment, command, address, ``/etc/hosts``
-text) and runs each as an isolated host. Two implementations: ``process`` (Linux namespaces,
-default) and ``docker`` (one container per host). They load lazily through
-:func:`emulator.backends.get_backend`, so ``import emulator`` never imports ``docker``.
+A backend turns a :class:`~emulator.plan.JobPlan` (SageMaker's view of every host: files,
+environment, container command) into a :class:`LaunchSpec` — each host's final argv, environment,
+address, hostname, mounts and ``/etc/hosts``, *including* everything the backend itself adds —
+without side effects, then starts exactly that spec. ``python -m emulator plan`` prints the
+launch spec, so what it shows is what runs.
 
-Return codes follow :mod:`subprocess`: ``>= 0`` is an exit status, ``< 0`` the signal number.
+Two implementations: ``process`` (Linux namespaces, default) and ``docker`` (one container per
+host). They load lazily through :func:`emulator.backends.get_backend`, so ``import emulator``
+never imports ``docker``.
+
+Exit statuses follow containers: a host's PID 1 ends with a status 0-255 (128+N when killed by
+signal N); :class:`~emulator.inhost.protocol.HostExit` keeps the signal apart when the emulator
+itself sent it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..inhost.protocol import HostExit
+
+if TYPE_CHECKING:
+    from ..plan import JobPlan
+    from ..request import JobRequest
 
 
 @dataclass(frozen=True)
@@ -26,33 +38,74 @@ class Mount:
     target: str
     read_only: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "target": self.target, "read_only": self.read_only}
+
 
 @dataclass(frozen=True)
-class HostSpec:
-    """Everything a backend needs to start one emulated host."""
+class Runtime:
+    """What the "image" of a backend provides, as planning needs it.
 
-    name: str  # algo-N
+    ``python`` runs the toolkit and the user's code; ``train_command`` is what ``docker run IMAGE
+    train`` runs; ``base_env`` is the environment a container of the image starts with (before
+    the platform's variables); ``inhost_root`` is where the emulator's in-host folder is seen
+    from inside a host; ``path`` is the image's ``PATH`` (without the in-host ``bin/``).
+    """
+
+    python: str
+    train_command: tuple[str, ...]
+    inhost_root: str
+    base_env: Mapping[str, str]
+    path: str
+    gethostname_so: str | None = None  # the toolkit's LD_PRELOAD library, where it is known
+
+
+@dataclass(frozen=True)
+class HostLaunch:
+    """One host exactly as the backend starts it."""
+
+    name: str  # algo-N: hostname, and the name every host resolves
     address: str  # its eth0 address on the job network
-    opt_ml: Path  # this host's /opt/ml tree on the machine, mounted at /opt/ml
-    env: Mapping[str, str]  # the container environment (platform + image env)
-    command: Sequence[str]  # e.g. ["train"]
-    workdir: str  # cwd inside the host
+    command: tuple[str, ...]  # the container command: PID 1 inside the host
+    env: Mapping[str, str]  # PID 1's complete environment
+    workdir: str  # cwd of PID 1
+    mounts: tuple[Mount, ...]  # /opt/ml first, then channels, checkpoints, the in-host folder …
     hosts_file: str  # full text of the host's /etc/hosts
     log_path: Path  # stdout+stderr of the host go here
-    mounts: Sequence[Mount] = ()  # extra binds (channels, checkpoints, in-host package)
-    image: str | None = None  # docker backend only
+    #: What runs: process backend, the command line this machine executes to make the host;
+    #: docker backend, the container's process (the image's ENTRYPOINT followed by ``command``).
+    argv: tuple[str, ...]
+    image: str | None = None  # docker backend: the image
     labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "hostname": self.name,
+                "image": self.image, "command": list(self.command), "workdir": self.workdir,
+                "environment": dict(self.env), "mounts": [m.to_dict() for m in self.mounts],
+                "hosts_file": self.hosts_file, "log": str(self.log_path),
+                **({"argv": list(self.argv)} if self.argv else {})}
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """A job as the backend sees it: a name, a private network, and its hosts."""
+class LaunchSpec:
+    """A whole job as the backend starts it: its private network and every host."""
 
+    backend: str
     job_id: str  # unique per run on this machine (job name + short random suffix)
-    hosts: Sequence[HostSpec]
-    scratch: Path  # a folder the backend may use for its own files; removed by the supervisor
-    subnet: str = "10.0.0.0/24"
+    subnet: str  # the job network
+    hosts: tuple[HostLaunch, ...]
+    scratch: Path  # the backend's own files (removed by the supervisor)
     allow_egress: bool = False
+    #: Backend-specific facts the start needs and a reader should see (e.g. ``no_sshd``).
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def host(self, name: str) -> HostLaunch:
+        return next(h for h in self.hosts if h.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "job_id": self.job_id, "network": self.subnet,
+                "egress": self.allow_egress, "options": dict(self.options), "scratch": str(self.scratch),
+                "hosts": [h.to_dict() for h in self.hosts]}
 
 
 class HostHandle(Protocol):
@@ -60,11 +113,12 @@ class HostHandle(Protocol):
 
     name: str
 
-    def poll(self) -> int | None:
-        """The host's return code, or None while it runs."""
+    def poll(self) -> HostExit | None:
+        """How the host's PID 1 ended, or None while it runs."""
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        """Send ``sig`` to every process of the host (SIGSTOP/SIGCONT freeze and thaw it)."""
+        """Send ``sig`` to the host: SIGTERM to its PID 1 (as ``docker stop``), SIGKILL, SIGSTOP
+        and SIGCONT to every process of it (SIGSTOP/SIGCONT freeze and thaw it)."""
 
     def pids(self) -> list[int]:
         """PIDs (as seen on this machine) of the host's processes, for diagnostics and faults."""
@@ -92,24 +146,45 @@ class Backend(Protocol):
     """Starts jobs. ``check()`` raises :class:`~emulator.errors.BackendUnavailable` with a hint."""
 
     name: str
-    #: Where the emulator's in-host folder (``emulator/inhost``: ``bin/`` and ``site/``) is seen
-    #: from inside a host.
-    inhost_root: str
 
     def check(self) -> None: ...
 
-    def base_env(self) -> dict[str, str]:
-        """The environment a host starts from before the platform's variables are added.
+    def runtime(self, *, python: str | None = None) -> Runtime:
+        """The image's facts for planning; ``python``: the job environment's interpreter (process
+        backend: a venv for ``requirements.txt``; ignored where the image brings its own)."""
 
-        Process backend: this machine's environment without AWS credentials or launcher
-        variables. Docker backend: empty (the image's ``ENV`` applies).
-        """
+    def job_python(self, request: JobRequest) -> str | None:
+        """The interpreter ``prepare_python`` gives this job, predicted without side effects."""
 
-    def train_command(self) -> list[str]:
-        """The container command: what ``docker run IMAGE train`` runs in a DLC."""
+    def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        """Make the job's interpreter ready where the backend runs hosts on this machine's Python
+        (a venv for ``requirements.txt``; ``env``: the hosts' environment, for pip); None where
+        the image brings its own."""
 
-    def inhost_mounts(self) -> list[Mount]:
-        """Extra mounts every host needs for the in-host package (empty where not needed)."""
+    def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
+        """Every host's final launch, computed without side effects (it may read, e.g. which
+        subnets are taken). ``scratch``: the folder the backend may use; ``logs``: where
+        ``<host>.log`` files go."""
 
-    def start(self, job: JobSpec) -> JobHandle:
-        """Start every host of ``job``. On failure, undo the partial start, then raise."""
+    def start(self, spec: LaunchSpec) -> JobHandle:
+        """Start exactly ``spec``. On failure, undo the partial start, then raise."""
+
+
+class SubnetTaken(Exception):
+    """Raised by ``start`` when the spec's subnet was taken after the spec was made (a concurrent
+    job); the supervisor makes a new spec and starts again."""
+
+
+def hosts_file(addresses: Mapping[str, str]) -> str:
+    """``/etc/hosts`` of every host of a job: localhost and every ``algo-N`` at its address."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{address}\t{name}" for name, address in addresses.items()]
+    return "\n".join(lines) + "\n"
+
+
+def host_addresses(subnet: str, hosts: Sequence[str]) -> dict[str, str]:
+    """``algo-N`` gets the (N+1)-th address of ``subnet`` (algo-1: ``.2``), whatever the order."""
+    import ipaddress
+
+    base = int(ipaddress.ip_network(subnet).network_address)
+    return {h: str(ipaddress.ip_address(base + int(h.rsplit("-", 1)[1]) + 1)) for h in hosts}

@@ -6,14 +6,15 @@ the engine's DNS (network alias), isolated (``internal``) unless the job allows 
 image's own ``ENTRYPOINT``/``ENV``; root in the container; sshd reachable between hosts with a
 per-cluster root keypair, so the toolkit's ``mpirun``-over-ssh runner works unchanged.
 
-What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); ``HostSpec.hosts_file`` is
-not written as such: the engine writes ``/etc/hosts`` with the container's own entry plus every
-other ``algo-*`` at its static address (the plan's subnet, or the next free /24 when a concurrent
-job holds it), so names keep resolving after a peer's container exits, as on SageMaker; the
-container stops SIGTERM -> grace ->
-SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of the
-container (as the process backend does), not only PID 1. Exit codes above 128 that docker
-reports for a PID 1 killed by a signal are returned as the negative signal number.
+The launch spec is exact: the job network's subnet is chosen when the spec is made (the first
+/24 from ``10.0.0.0/24`` on that no network of the engine uses), every host gets a static address
+in it, its ``/etc/hosts`` is the spec's file bind-mounted read-only (so every ``algo-*`` name keeps
+resolving after a peer's container exits, as on SageMaker), and its environment is the image's
+``ENV`` overlaid with the plan's (read from the engine, so ``plan`` shows the whole of it).
+
+What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); the container stops SIGTERM
+-> grace -> SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of
+the container (as the process backend does), not only PID 1.
 
 The docker SDK is imported lazily (``import emulator`` never imports ``docker``).
 """
@@ -35,14 +36,23 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
-from .base import HostSpec, JobSpec, Mount
+from ..inhost import protocol as P
+from .base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
+
+if TYPE_CHECKING:
+    from ..plan import JobPlan
+    from ..request import JobRequest
 
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
 IMAGE_SESSION = "nox -s image"
-INHOST_ROOT = "/opt/sm-emulator/inhost"
+#: The emulator image's ENTRYPOINT (docker/entrypoint.sh), and what bash adds to the environment
+#: of the command it execs (``PWD`` is added for every image: docker's working dir).
+ENTRYPOINT = "/usr/local/bin/sm-emulator-entrypoint"
+ENTRYPOINT_ENV = {"SHLVL": "0"}
+INHOST_ROOT = P.DOCKER_INHOST_ROOT
 #: PATH of the emulator image (docker/Dockerfile ENV).
 IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LABEL = "sagemaker-emulator"
@@ -53,7 +63,6 @@ LABEL_OWNER_START = f"{LABEL}.owner-start"
 LABEL_OWNER_HOST = f"{LABEL}.owner-host"
 LABEL_HELPER = f"{LABEL}.helper"
 KEY_NAME = "id_rsa"  # the per-cluster root key, in job.scratch/ssh and /root/.ssh
-IFNAME = "eth0"  # the job network is the container's only (first) interface
 SHM_SIZE = "1g"  # SageMaker hosts have a large /dev/shm; docker's default 64 MB breaks DataLoader
 API_TIMEOUT = 120.0  # seconds for ordinary engine calls
 STREAM_TIMEOUT = 10 * 24 * 3600.0  # log streams and waits: effectively never
@@ -100,29 +109,11 @@ def _client(timeout: float = API_TIMEOUT) -> Any:
     return client
 
 
-def _proc_start(pid: int) -> str | None:
-    """The start time of ``pid`` (clock ticks since boot), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return start is None or _proc_start(pid) in (None, start)
-
-
 def owner_labels() -> dict[str, str]:
     """Labels that tie a container or network to this process (see :func:`reap`)."""
     pid = os.getpid()
-    return {LABEL_OWNER_PID: str(pid), LABEL_OWNER_START: _proc_start(pid) or "",
+    stat = P.proc_stat(pid)
+    return {LABEL_OWNER_PID: str(pid), LABEL_OWNER_START: str(stat.start_time) if stat else "",
             LABEL_OWNER_HOST: socket.gethostname()}
 
 
@@ -198,7 +189,8 @@ class DockerHost:
         self.name = name
         self.container = container
         self.log_path = log_path
-        self._rc: int | None = None
+        self._status: int | None = None
+        self.sent: set[int] = set()  # fatal signals the emulator delivered
         self._stream_client = stream_client
         self._threads: list[threading.Thread] = []
 
@@ -232,7 +224,7 @@ class DockerHost:
             if status is None:
                 return
             code = status
-        self._rc = -(code - 128) if 128 < code < 128 + 65 else code
+        self._status = code
 
     def _status_code(self) -> int | None:
         try:
@@ -242,10 +234,14 @@ class DockerHost:
         state = self.container.attrs["State"]
         return int(state["ExitCode"]) if state["Status"] in ("exited", "dead") else None
 
-    def poll(self) -> int | None:
-        return self._rc
+    def poll(self) -> P.HostExit | None:
+        return None if self._status is None else P.exit_of(self._status, self.sent)
 
     def signal(self, sig: int = _signal.SIGTERM) -> None:
+        if self._status is not None:
+            return
+        if sig not in (_signal.SIGSTOP, _signal.SIGCONT):
+            self.sent.add(int(sig))
         try:
             if sig == _signal.SIGSTOP:
                 self.container.pause()
@@ -376,7 +372,6 @@ class DockerBackend:
     """
 
     name = "docker"
-    inhost_root = INHOST_ROOT
 
     def __init__(self, *, owner: tuple[int, int] | None = None) -> None:
         self.owner = owner if owner is not None else (os.getuid(), os.getgid())
@@ -395,44 +390,78 @@ class DockerBackend:
             raise BackendUnavailable(
                 f"docker image {image} is not on this engine: {hint}") from None
 
-    def base_env(self) -> dict[str, str]:
-        """Only the image's ``PATH`` (docker does not expand ``$PATH``; the plan puts the in-host
-        ``bin/`` before it). Everything else comes from the image's ``ENV``."""
-        return {"PATH": IMAGE_PATH}
+    def runtime(self, *, python: str | None = None) -> Runtime:
+        """The emulator image: its ``python3``, ``train`` and ``PATH``; the rest of its ``ENV``
+        is read from the engine when the launch spec is made."""
+        return Runtime(python="python3", train_command=("train",), inhost_root=INHOST_ROOT,
+                       base_env={}, path=IMAGE_PATH)
 
-    def train_command(self) -> list[str]:
-        return ["train"]
+    def job_python(self, request: JobRequest) -> str | None:
+        return None  # the image's python3
 
-    def inhost_mounts(self) -> list[Mount]:
-        from ..inhost import ROOT
+    def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        return None  # the toolkit installs requirements.txt inside the containers
 
-        return [Mount(ROOT, INHOST_ROOT, read_only=True)]
+    def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
+        from ..materialise import host_mounts
 
-    def start(self, job: JobSpec) -> DockerJob:
+        client = _client()
+        image = resolve_image(plan.request.image_uri)
+        self._require_image(client, image)
+        config = client.images.get(image).attrs.get("Config") or {}
+        image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        entrypoint = tuple(config.get("Entrypoint") or ())
+        # what the emulator image's ENTRYPOINT (a bash script that execs the command) adds;
+        # another image's entrypoint may add variables the spec cannot know
+        added = ENTRYPOINT_ENV if entrypoint == (ENTRYPOINT,) else {}
+        subnet = _free_subnet(client, P.JOB_SUBNET)
+        addresses = host_addresses(subnet, [h.name for h in plan.hosts])
+        etc_hosts = hosts_file(addresses)
+        diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
+        inhost = Mount(_inhost_source(), INHOST_ROOT, read_only=True)
+        launches = []
+        for host in plan.hosts:
+            # docker sets HOSTNAME, and HOME for root when the image has none
+            env = {**image_env, "HOME": image_env.get("HOME", "/root"), **host.env, "HOSTNAME": host.name,
+                   **added, "PWD": P.CODE_DIR}
+            mounts = (*host_mounts(plan, host.name), inhost, diag,
+                      Mount(scratch / host.name / "hosts", "/etc/hosts", read_only=True))
+            launches.append(HostLaunch(
+                name=host.name, address=addresses[host.name], command=tuple(host.command), env=env,
+                workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
+                log_path=logs / f"{host.name}.log", argv=(*entrypoint, *host.command), image=image,
+                labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
+                        "sagemaker-emulator.job-name": plan.request.job_name}))
+        return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
+                          scratch=scratch, options={"shm_size": SHM_SIZE, "user": "0"})
+
+    def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
         client = _client()
-        images = {h.name: resolve_image(h.image) for h in job.hosts}
-        for image in set(images.values()):
-            self._require_image(client, image)
-        labels = {LABEL_JOB: job.job_id, **owner_labels()}
-        writable = {h.name: [str(h.opt_ml), *(str(m.source) for m in h.mounts
-                                               if not m.read_only)] for h in job.hosts}
-        network, addresses = _create_network(client, job, labels)
-        handle = DockerJob(job.job_id, client, network, self.owner, images, writable)
+        labels = {LABEL_JOB: spec.job_id, **owner_labels()}
+        for h in spec.hosts:
+            hosts = spec.scratch / h.name / "hosts"
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(h.hosts_file)
+            for m in h.mounts:
+                if not m.read_only:
+                    m.source.mkdir(parents=True, exist_ok=True)
+        images = {h.name: h.image or DEFAULT_IMAGE for h in spec.hosts}
+        writable = {h.name: [str(m.source) for m in h.mounts if not m.read_only] for h in spec.hosts}
+        network = _create_network(client, spec, labels)
+        handle = DockerJob(spec.job_id, client, network, self.owner, images, writable)
         try:
-            private, public = _make_keypair(Path(job.scratch) / "ssh")
+            private, public = _make_keypair(spec.scratch / "ssh")
             keys = _ssh_archive(private, public)
             stream_client = _client(timeout=STREAM_TIMEOUT)
-            for spec in job.hosts:
-                container = _create_container(client, spec, job.job_id, network.name,
-                                              images[spec.name], labels, addresses)
-                handle.hosts[spec.name] = DockerHost(spec.name, container, spec.log_path,
-                                                     stream_client)
+            for h in spec.hosts:
+                container = _create_container(client, h, spec, network.name, labels)
+                handle.hosts[h.name] = DockerHost(h.name, container, h.log_path, stream_client)
                 container.put_archive("/", keys)
-            for h in handle.hosts.values():
-                Path(h.log_path).parent.mkdir(parents=True, exist_ok=True)
-                h.container.start()
-                h._follow()
+            for dh in handle.hosts.values():
+                Path(dh.log_path).parent.mkdir(parents=True, exist_ok=True)
+                dh.container.start()
+                dh._follow()
         except BaseException:
             handle.teardown(grace=0)
             raise
@@ -443,6 +472,36 @@ class DockerBackend:
         return handle
 
 
+def _inhost_source() -> Path:
+    from ..inhost import ROOT
+
+    return ROOT
+
+
+def _taken_subnets(client: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    taken = []
+    for n in client.networks.list():
+        for pool in ((n.attrs.get("IPAM") or {}).get("Config") or []):
+            if pool.get("Subnet"):
+                try:
+                    taken.append(ipaddress.ip_network(pool["Subnet"], strict=False))
+                except ValueError:
+                    continue
+    return taken
+
+
+def _free_subnet(client: Any, planned: str) -> str:
+    """The first /24 from ``planned`` on that no network of the engine overlaps."""
+    taken = _taken_subnets(client)
+    first = ipaddress.ip_network(planned)
+    for k in range(SUBNET_TRIES):
+        subnet = ipaddress.ip_network((int(first.network_address) + k * first.num_addresses, first.prefixlen))
+        if not any(subnet.overlaps(t) for t in taken if t.version == subnet.version):
+            return str(subnet)
+    raise BackendUnavailable(f"no free /24 subnet near {planned} for the job network "
+                             f"(tried {SUBNET_TRIES}); remove stale networks with `python -m emulator reap`")
+
+
 def network_name(job_id: str) -> str:
     return f"sm-emulator-{job_id}"
 
@@ -451,53 +510,35 @@ def container_name(job_id: str, host: str) -> str:
     return f"sm-emulator-{job_id}-{host}"
 
 
-#: How many neighbouring /24 subnets to try when concurrent jobs hold the plan's.
+#: How many neighbouring /24 subnets to consider when concurrent jobs hold the first.
 SUBNET_TRIES = 64
 
 
-def _create_network(client: Any, job: JobSpec, labels: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
-    """The job's bridge network and each host's address on it.
-
-    The plan's subnet is used when free; when a concurrent job holds it, the next free /24 with
-    the same host offsets. Addresses are static so that every ``algo-*`` name stays in each
-    container's ``/etc/hosts`` even after that host's container exits (docker's DNS forgets a
-    stopped container, and the toolkit resolves every host again before it launches).
-    """
+def _create_network(client: Any, spec: LaunchSpec, labels: Mapping[str, str]) -> Any:
+    """The job's bridge network on the spec's subnet (internal unless the job allows egress).
+    Raises :class:`SubnetTaken` when a concurrent job took the subnet since the spec was made."""
     types = _sdk(".types")
-    kwargs: dict[str, Any] = dict(driver="bridge", internal=not job.allow_egress,
-                                  labels=dict(labels), check_duplicate=True)
-    planned = ipaddress.ip_network(job.subnet)
-    for k in range(SUBNET_TRIES):
-        base = int(planned.network_address) + k * planned.num_addresses
-        subnet = ipaddress.ip_network((base, planned.prefixlen))
-        try:
-            ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=str(subnet))])
-            network = client.networks.create(network_name(job.job_id), ipam=ipam, **kwargs)
-        except _sdk(".errors").APIError as e:
-            if "overlap" not in str(e).lower():
-                raise
-            continue
-        shift = base - int(planned.network_address)
-        return network, {h.name: str(ipaddress.ip_address(int(ipaddress.ip_address(h.address)) + shift))
-                         for h in job.hosts}
-    raise BackendUnavailable(f"no free /24 subnet near {job.subnet} for the job network "
-                             f"(tried {SUBNET_TRIES}); remove stale networks with `python -m emulator reap`")
+    ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=spec.subnet)])
+    try:
+        return client.networks.create(network_name(spec.job_id), ipam=ipam, driver="bridge",
+                                      internal=not spec.allow_egress, labels=dict(labels),
+                                      check_duplicate=True)
+    except _sdk(".errors").APIError as e:
+        if "overlap" in str(e).lower():
+            raise SubnetTaken(spec.subnet) from e
+        raise
 
 
-def _create_container(client: Any, spec: HostSpec, job_id: str, network: str, image: str,
-                      labels: Mapping[str, str], addresses: Mapping[str, str]) -> Any:
+def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: str,
+                      labels: Mapping[str, str]) -> Any:
     dmount = _sdk(".types").Mount
-    mounts = [dmount("/opt/ml", str(spec.opt_ml), type="bind")]
-    mounts += [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
-               for m in spec.mounts]
-    env = {**spec.env, "GLOO_SOCKET_IFNAME": IFNAME, "NCCL_SOCKET_IFNAME": IFNAME}
-    endpoint = client.api.create_endpoint_config(aliases=[spec.name], ipv4_address=addresses[spec.name])
+    mounts = [dmount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in host.mounts]
+    endpoint = client.api.create_endpoint_config(aliases=[host.name], ipv4_address=host.address)
     return client.containers.create(
-        image, command=list(spec.command), name=container_name(job_id, spec.name),
-        hostname=spec.name, environment=env, working_dir=spec.workdir or None, mounts=mounts,
-        labels={**spec.labels, **labels, LABEL_HOST: spec.name}, network=network,
-        networking_config={network: endpoint}, shm_size=SHM_SIZE, user="0",
-        extra_hosts={name: address for name, address in addresses.items() if name != spec.name},
+        host.image, command=list(host.command), name=container_name(spec.job_id, host.name),
+        hostname=host.name, environment=dict(host.env), working_dir=host.workdir or None, mounts=mounts,
+        labels={**host.labels, **labels}, network=network, networking_config={network: endpoint},
+        shm_size=spec.options.get("shm_size", SHM_SIZE), user=spec.options.get("user", "0"),
         stdin_open=False, tty=False, detach=True)
 
 
@@ -519,7 +560,8 @@ def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
             pid = int(lab.get(LABEL_OWNER_PID, ""))
         except ValueError:
             return True
-        return not _alive(pid, lab.get(LABEL_OWNER_START) or None)
+        start = lab.get(LABEL_OWNER_START) or ""
+        return not P.pid_alive(pid, int(start) if start.isdigit() else None)
 
     removed: list[str] = []
     stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})

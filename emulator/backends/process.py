@@ -1,20 +1,23 @@
 """Process backend: each emulated host is a set of Linux namespaces on this machine.
 
 Per job, ``unshare`` makes a user (when not root), network and PID namespace whose PID 1 is
-:mod:`.nsagent`; it holds a bridge. Per host, ``bwrap`` adds network, UTS, mount and PID
-namespaces: hostname ``algo-N``; ``eth0`` (one end of a veth pair on the job's bridge) with its
-own address; ``/opt/ml`` bind-mounted at its real path; private ``/etc/hosts``,
+:mod:`.nsagent`; it holds a bridge. Per host, ``unshare --net`` + ``bwrap`` add network, UTS,
+mount and PID namespaces: hostname ``algo-N``; ``eth0`` (one end of a veth pair on the job's
+bridge) with its own address; ``/opt/ml`` bind-mounted at its real path; private ``/etc/hosts``,
 ``/etc/environment`` and ``/tmp``; ``~/.aws`` hidden; a fresh ``/proc``. The host's command is
 PID 1 of its PID namespace, as a container's entrypoint is: SIGTERM from outside reaches it only
 if it handles SIGTERM (as ``docker stop`` on SageMaker), and killing it kills every process the
 host started, including those in new sessions.
 
+The "image" is this machine: the job's interpreter (yours, or a venv layered on it for
+``requirements.txt``) with its scripts on ``PATH``, the system's tools, and an environment built
+from an allowlist (see :mod:`emulator.plan`): ``PATH``, ``HOME``, ``LD_LIBRARY_PATH`` (when set;
+your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
+
 MPI-family jobs as root: a real ``sshd`` in every host (:mod:`.sshd`). Not root: ``sshd`` cannot
-run, so the agent serves a Unix socket (bind-mounted at :data:`AGENT_SOCKET_DIR` in every host)
-and the hosts get ``EMULATOR_NO_SSHD=1`` and ``OMPI_MCA_plm_rsh_agent`` naming the in-host
-``sm-emulator-rsh``: the toolkit's ``mpirun`` argv is unchanged, ``orted`` starts in the target
-host through the agent instead of ``ssh`` (see :mod:`.nsagent` and the in-host
-``_sm_emulator_nosshd``).
+run, so the agent serves a Unix socket (bind-mounted at ``AGENT_SOCKET_DIR`` in every host) and
+the hosts get ``EMULATOR_NO_SSHD=1`` and ``OMPI_MCA_plm_rsh_agent`` naming the in-host
+``sm-emulator-rsh`` (see :mod:`.nsagent` and the in-host ``_sm_emulator_nosshd``).
 
 Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
 and kernel are shared with this machine; CPU and memory limits of the instance type are not
@@ -23,8 +26,11 @@ applied; ``SM_NUM_CPUS`` is this machine's CPU count.
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import json
 import os
+import pwd
 import queue
 import shutil
 import signal
@@ -34,62 +40,56 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, EmulatorError
+from ..inhost import ROOT as INHOST_ROOT
+from ..inhost import protocol as P
 from . import sshd
-from .base import HostSpec, JobSpec, Mount
+from .base import HostLaunch, LaunchSpec, Mount, Runtime, host_addresses, hosts_file
+
+if TYPE_CHECKING:
+    from ..plan import JobPlan
+    from ..request import JobRequest
 
 #: How long the agent may take to set up the job network and to start one host.
 AGENT_START_TIMEOUT = 20.0
 HOST_START_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")
-#: Where hosts see the agent's socket folder when they cannot run sshd (a host-private tmpfs).
-AGENT_SOCKET_DIR = "/dev/shm/.sm-emulator"
+#: The ``PATH`` of the "image" after the interpreter's scripts (Debian's default, as in a DLC).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Variables of this machine that the "image" keeps, because the interpreter may need them.
+IMAGE_VARIABLES = ("LD_LIBRARY_PATH",)
 
 
-def _needs_no_sshd(job: JobSpec) -> bool:
-    """True for an MPI-family job when hosts cannot run sshd (not root)."""
-    if os.geteuid() == 0 or not job.hosts:
-        return False
-    from ..distribution import runner_for
+def train_script() -> Path:
+    """The ``train`` console script of the sagemaker-training toolkit installed here."""
+    import sysconfig
 
-    try:
-        hps = json.loads((job.hosts[0].opt_ml / "input/config/hyperparameters.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(hps, dict) and runner_for(hps) in ("mpi", "smdataparallel")
-
-
-def _ns_pids(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return [int(x) for x in line.split()[1:]]
-    except OSError:
-        pass
-    return []
+    return Path(sysconfig.get_path("scripts")) / "train"
 
 
 class ProcessHost:
     """Handle of one host (its PID 1 lives in the agent's PID namespace)."""
 
-    def __init__(self, job: ProcessJob, spec: HostSpec, index: int) -> None:
-        self.name = spec.name
-        self.spec = spec
+    def __init__(self, job: ProcessJob, launch: HostLaunch, index: int) -> None:
+        self.name = launch.name
+        self.launch = launch
         self.index = index
         self._job = job
         self.ns_pid: int | None = None  # PID 1 of the host, as the agent sees it
-        self.returncode: int | None = None
+        self.status: int | None = None  # exit status of PID 1 (128+N: killed by signal N)
+        self.sent: set[int] = set()  # fatal signals the emulator delivered
 
-    def poll(self) -> int | None:
+    def poll(self) -> P.HostExit | None:
         self._job.pump()
-        return self.returncode
+        return None if self.status is None else P.exit_of(self.status, self.sent)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        if self.returncode is not None:
+        if self.status is not None:
             return
+        if sig not in (signal.SIGSTOP, signal.SIGCONT):
+            self.sent.add(int(sig))
         if sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGKILL):
             for pid in self.pids():  # every process, not only PID 1
                 try:
@@ -101,7 +101,7 @@ class ProcessHost:
 
     def pids(self) -> list[int]:
         """Machine-level PIDs of every process in this host."""
-        root = self._root_pid()
+        root = self.root_pid()
         if root is None:
             return []
         try:
@@ -118,21 +118,24 @@ class ProcessHost:
                     continue
         return sorted(out)
 
-    def _root_pid(self) -> int | None:
+    def root_pid(self) -> int | None:
+        """The machine-level PID of the host's PID 1."""
         if self.ns_pid is None or self._job.agent_pid is None:
             return None
-        agent_ns = os.readlink(f"/proc/{self._job.agent_pid}/ns/pid") if os.path.exists(
-            f"/proc/{self._job.agent_pid}") else None
+        try:
+            agent_ns = os.readlink(f"/proc/{self._job.agent_pid}/ns/pid")
+        except OSError:
+            return None
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
-            nspids = _ns_pids(int(entry))
+            nspids = P.proc_nspids(int(entry))
             if len(nspids) >= 3 and nspids[1] == self.ns_pid and nspids[2] == 1:
+                stat = P.proc_stat(int(entry))
                 try:
-                    parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                    if agent_ns is None or os.readlink(f"/proc/{parent}/ns/pid") == agent_ns:
+                    if stat is not None and os.readlink(f"/proc/{stat.ppid}/ns/pid") == agent_ns:
                         return int(entry)
-                except (OSError, ValueError, IndexError):
+                except OSError:
                     continue
         return None
 
@@ -140,7 +143,7 @@ class ProcessHost:
 class ProcessJob:
     """A running job on the process backend (its agent and hosts)."""
 
-    def __init__(self, spec: JobSpec, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[str]) -> None:
         self.spec = spec
         self.proc = proc
         self.agent_pid: int | None = None
@@ -175,17 +178,15 @@ class ProcessJob:
         if kind == "started" and host is not None:
             host.ns_pid = int(event["pid"])
         elif kind == "exited" and host is not None:
-            code = int(event["code"])
-            # bwrap reports a host killed by signal N as 128+N (as docker does): return -N, as
-            # subprocess and the docker backend do.
-            host.returncode = -(code - 128) if 128 < code < 128 + 65 else code
+            host.status = int(event["code"])  # bwrap reports a PID 1 killed by signal N as 128+N
             if event.get("error"):
-                with open(host.spec.log_path, "a") as log:
+                with open(host.launch.log_path, "a") as log:
                     log.write(f"[emulator] {host.name} could not start: {event['error']}\n")
         elif kind == "agent-exit":
             for h in self.hosts.values():
-                if h.returncode is None:
-                    h.returncode = -signal.SIGKILL
+                if h.status is None:
+                    h.sent.add(signal.SIGKILL)
+                    h.status = P.status_of_signal(signal.SIGKILL)
         return event
 
     def pump(self) -> None:
@@ -217,8 +218,7 @@ class ProcessJob:
         self.send({"op": "disconnect", "host": host, "index": self.hosts[host].index})
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        h = self.hosts[host]
-        root = h._root_pid()
+        root = self.hosts[host].root_pid()
         if root is None:
             raise EmulatorError(f"{host} is not running")
         return ["nsenter", "-t", str(root), "--all", "--preserve-credentials", *argv] if os.geteuid() else \
@@ -233,6 +233,9 @@ class ProcessJob:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
             time.sleep(0.05)
+        for h in self.hosts.values():
+            if h.poll() is None:
+                h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
         self.send({"op": "exit"})
         self._closed = True
         try:
@@ -257,11 +260,13 @@ def _backstop() -> None:
         job.teardown(0)
 
 
+atexit.register(_backstop)
+
+
 class ProcessBackend:
     """Linux-namespace hosts; see the module docstring."""
 
     name = "process"
-    inhost_root = str(Path(__file__).resolve().parent.parent / "inhost")
 
     def check(self) -> None:
         missing = [t for t in TOOLS if shutil.which(t) is None]
@@ -279,50 +284,94 @@ class ProcessBackend:
                 "(sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone). "
                 "Use --backend docker instead.")
 
-    def base_env(self) -> dict[str, str]:
-        return dict(os.environ)
+    def runtime(self, *, python: str | None = None) -> Runtime:
+        """This machine as the image: ``python`` (default: this interpreter) runs the toolkit's
+        ``train`` script installed here; its scripts (``torchrun``) come first on ``PATH``."""
+        python = python or sys.executable
+        train = train_script()
+        scripts = list(dict.fromkeys([str(Path(python).parent), str(train.parent)]))
+        base = {"HOME": _home()}
+        base.update({k: os.environ[k] for k in IMAGE_VARIABLES if os.environ.get(k)})
+        spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
+        return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
+                       base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
+                       gethostname_so=spec.origin if spec is not None else None)
 
-    def train_command(self) -> list[str]:
-        return ["train"]  # replaced by the supervisor with [python, train script]
+    def job_python(self, request: JobRequest) -> str | None:
+        from .. import jobenv
 
-    def inhost_mounts(self) -> list[Mount]:
-        return []
+        return jobenv.interpreter(request.source_dir)
+
+    def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        from .. import jobenv
+
+        return jobenv.prepare(request.source_dir, scratch, log, env=env)[0]
+
+    @staticmethod
+    def no_sshd(plan: JobPlan) -> bool:
+        """True when hosts need ssh but cannot run sshd (an MPI-family job, emulator not root)."""
+        return plan.uses_ssh and os.geteuid() != 0
+
+    def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
+        from ..materialise import host_mounts
+
+        addresses = host_addresses(P.JOB_SUBNET, [h.name for h in plan.hosts])
+        etc_hosts = hosts_file(addresses)
+        no_sshd = self.no_sshd(plan)
+        agent_dir = scratch / "agent" if no_sshd else None
+        diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
+        launches = []
+        for host in plan.hosts:
+            env = {**host.env, "HOSTNAME": host.name, "PWD": P.CODE_DIR}  # bwrap --chdir sets PWD
+            if no_sshd:
+                env.update({P.ENV_NO_SSHD: "1", P.ENV_AGENT_SOCKET: P.AGENT_SOCKET,
+                            "OMPI_MCA_plm_rsh_agent": f"{INHOST_ROOT}/bin/sm-emulator-rsh"})
+            mounts = (*host_mounts(plan, host.name), diag)
+            partial = HostLaunch(name=host.name, address=addresses[host.name], command=tuple(host.command),
+                                 env=env, workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
+                                 log_path=logs / f"{host.name}.log", argv=())
+            argv = bwrap_argv(partial, scratch / host.name, ssh_root=scratch / sshd.SUBDIR,
+                              agent_dir=agent_dir)
+            launches.append(HostLaunch(**{**partial.__dict__, "argv": tuple(argv)}))
+        return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),
+                          scratch=scratch, options={"no_sshd": no_sshd, "user_namespace": os.geteuid() != 0})
 
     @staticmethod
     def _unshare_prefix() -> list[str]:
         user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         return ["unshare", *user, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
 
-    def start(self, job: JobSpec) -> ProcessJob:
-        agent_dir: Path | None = None
+    def start(self, spec: LaunchSpec) -> ProcessJob:
         serve: list[str] = []
-        if _needs_no_sshd(job):
-            agent_dir = job.scratch / "agent"
+        if spec.options.get("no_sshd"):
+            agent_dir = spec.scratch / "agent"
             agent_dir.mkdir(parents=True, exist_ok=True)
             agent_dir.chmod(0o700)
             serve = ["--serve", str(agent_dir / "agent.sock")]
+        if sshd.available():
+            sshd.prepare(spec.scratch / sshd.SUBDIR, homes=_homes(spec))
+        for host in spec.hosts:
+            _write_etc(spec.scratch / host.name, host)
+            for m in host.mounts:
+                if not m.read_only:
+                    m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
             [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
              *serve],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
-        running = ProcessJob(job, proc)
+        running = ProcessJob(spec, proc)
         _LIVE.add(running)
         try:
             ready = running.wait_event({"ready"}, AGENT_START_TIMEOUT)
             running.agent_pid = self._agent_root_pid(proc.pid, int(ready["pid"]))
-            prefix = job.subnet.split("/")[1]
-            for index, spec in enumerate(job.hosts, start=1):
-                running.hosts[spec.name] = ProcessHost(running, spec, index)
-                env = dict(spec.env)
-                if agent_dir is not None:
-                    env.update({"EMULATOR_NO_SSHD": "1", "EMULATOR_AGENT_SOCKET": f"{AGENT_SOCKET_DIR}/agent.sock",
-                                "OMPI_MCA_plm_rsh_agent": f"{self.inhost_root}/bin/sm-emulator-rsh"})
-                running.send({"op": "start", "host": spec.name, "index": index,
-                              "cidr": f"{spec.address}/{prefix}",
-                              "argv": self.bwrap_argv(spec, job, agent_dir=agent_dir),
-                              "env": env, "log": str(spec.log_path)})
-                running.wait_event({"started", "exited"}, HOST_START_TIMEOUT, host=spec.name)
+            prefix = spec.subnet.split("/")[1]
+            for index, host in enumerate(spec.hosts, start=1):
+                running.hosts[host.name] = ProcessHost(running, host, index)
+                running.send({"op": "start", "host": host.name, "index": index,
+                              "cidr": f"{host.address}/{prefix}", "argv": list(host.argv),
+                              "env": dict(host.env), "log": str(host.log_path)})
+                running.wait_event({"started", "exited"}, HOST_START_TIMEOUT, host=host.name)
         except BaseException:
             running.teardown(0)
             raise
@@ -336,58 +385,71 @@ class ProcessBackend:
         except (OSError, ValueError):
             return None
 
-    @staticmethod
-    def bwrap_argv(spec: HostSpec, job: JobSpec, *, agent_dir: Path | None = None) -> list[str]:
-        """The ``bwrap`` command line that makes ``spec`` a host (see the module docstring);
-        ``agent_dir`` (the agent's socket folder, no-sshd mode) is bound at :data:`AGENT_SOCKET_DIR`."""
-        etc = job.scratch / spec.name
-        etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(spec.hosts_file)
-        (etc / "hostname").write_text(spec.name + "\n")
-        env_file = etc / "environment"
-        if Path("/etc/environment").is_file():
-            shutil.copyfile("/etc/environment", env_file)
-        else:
-            env_file.write_text("")
-        # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
-        # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
-        argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
-                "--unshare-ipc", "--hostname", spec.name, "--die-with-parent", "--as-pid-1",
-                "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
-                "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
-                "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
-        for keep in _tmp_passthrough(spec):
-            argv += ["--dev-bind", keep, keep]
-        if Path("/etc/environment").is_file():
-            argv += ["--bind", str(env_file), "/etc/environment"]
-        if not Path("/opt/ml").is_dir():
-            argv += ["--tmpfs", "/opt"]
-            for entry in sorted(Path("/opt").iterdir()) if Path("/opt").is_dir() else []:
-                if entry.is_symlink():
-                    argv += ["--symlink", os.readlink(entry), str(entry)]
-                else:
-                    argv += ["--dev-bind", str(entry), str(entry)]
-        argv += ["--bind", str(spec.opt_ml), "/opt/ml"]
-        for m in spec.mounts:
-            argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
-        aws = Path.home() / ".aws"
-        if aws.exists() and spec.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
-            argv += ["--tmpfs", str(aws)]
-        # Real sshd per host for the MPI family (root only; see emulator/backends/sshd.py).
-        argv += sshd.bwrap_args(job.scratch, env_home=spec.env.get("HOME"))
-        if agent_dir is not None:  # not root: the agent's socket instead (see the module docstring)
-            argv += ["--bind", str(agent_dir), AGENT_SOCKET_DIR]
-        argv += ["--chdir", spec.workdir, "--", *spec.command]
-        return argv
+
+def _home() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_dir
 
 
-def _tmp_passthrough(spec: HostSpec) -> list[str]:
+def _homes(spec: LaunchSpec) -> list[str]:
+    """The home folders whose ``~/.ssh`` the hosts see (root's, and ``$HOME`` if it differs)."""
+    return list(dict.fromkeys([_home(), *(h.env.get("HOME", _home()) for h in spec.hosts)]))
+
+
+def _write_etc(folder: Path, host: HostLaunch) -> None:
+    """The host's private ``/etc/hosts``, ``/etc/hostname`` and ``/etc/environment`` files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hosts").write_text(host.hosts_file)
+    (folder / "hostname").write_text(host.name + "\n")
+    env_file = folder / "environment"
+    if Path("/etc/environment").is_file():
+        shutil.copyfile("/etc/environment", env_file)
+    else:
+        env_file.write_text("")
+
+
+def bwrap_argv(host: HostLaunch, etc: Path, *, ssh_root: Path, agent_dir: Path | None = None) -> list[str]:
+    """The command line that makes ``host`` (see the module docstring). Pure: the files it names
+    under ``etc`` (``hosts``, ``hostname``, ``environment``) are written by ``start``;
+    ``agent_dir`` (no-sshd mode: the agent's socket folder) is bound at ``AGENT_SOCKET_DIR``."""
+    # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
+    # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
+    argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
+            "--unshare-ipc", "--hostname", host.name, "--die-with-parent", "--as-pid-1",
+            "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+            "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
+            "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
+    for keep in _tmp_passthrough(host):
+        argv += ["--dev-bind", keep, keep]
+    if Path("/etc/environment").is_file():
+        argv += ["--bind", str(etc / "environment"), "/etc/environment"]
+    if not Path(P.OPT_ML).is_dir():
+        argv += ["--tmpfs", "/opt"]
+        for entry in sorted(Path("/opt").iterdir()) if Path("/opt").is_dir() else []:
+            if entry.is_symlink():
+                argv += ["--symlink", os.readlink(entry), str(entry)]
+            else:
+                argv += ["--dev-bind", str(entry), str(entry)]
+    for m in host.mounts:
+        argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+    aws = Path(_home()) / ".aws"
+    if aws.exists() and host.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
+        argv += ["--tmpfs", str(aws)]
+    # A real sshd per host (root only; see emulator/backends/sshd.py).
+    if sshd.available():
+        argv += sshd.bwrap_args(ssh_root, homes=list(dict.fromkeys([_home(), host.env.get("HOME", _home())])))
+    if agent_dir is not None:  # not root: the agent's socket instead (see the module docstring)
+        argv += ["--bind", str(agent_dir), P.AGENT_SOCKET_DIR]
+    argv += ["--chdir", host.workdir, "--", *host.command]
+    return argv
+
+
+def _tmp_passthrough(host: HostLaunch) -> list[str]:
     """Top-level ``/tmp/*`` folders the host needs although its ``/tmp`` is private: the
     interpreter, its packages, and what ``PATH``/``PYTHONPATH`` name (e.g. a venv or a clone
     that lives under ``/tmp``)."""
     tmp = os.path.realpath("/tmp")
-    candidates = [*sys.path, sys.prefix, sys.base_prefix, spec.command[0] if spec.command else "",
-                  *spec.env.get("PATH", "").split(":"), *spec.env.get("PYTHONPATH", "").split(":")]
+    candidates = [*sys.path, sys.prefix, sys.base_prefix, host.command[0] if host.command else "",
+                  *host.env.get("PATH", "").split(":"), *host.env.get("PYTHONPATH", "").split(":")]
     keep: set[str] = set()
     for path in candidates:
         if not path or not os.path.isabs(path):
@@ -398,8 +460,3 @@ def _tmp_passthrough(spec: HostSpec) -> list[str]:
             if os.path.exists(top):
                 keep.add(top)
     return sorted(keep)
-
-
-import atexit  # noqa: E402
-
-atexit.register(_backstop)

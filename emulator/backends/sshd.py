@@ -29,10 +29,10 @@ then uses the namespace agent's socket instead (see :mod:`.nsagent`).
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -86,53 +86,45 @@ def _pam_sshd(text: str) -> str:
     return re.sub(r"(?m)^(session\s+)required(\s+pam_loginuid\.so)", r"\1optional\2", text)
 
 
-def prepare(scratch: Path) -> Path:
-    """Make the job's ssh material under ``scratch`` (once per job; later calls reuse it)."""
-    root = scratch / SUBDIR
+def prepare(root: Path, *, homes: Sequence[str]) -> None:
+    """Make the job's ssh material in ``root`` (keys, configs) and the ``~/.ssh`` mount points
+    of ``homes`` (once per job; later calls do nothing)."""
+    for home in homes:
+        dot = Path(home) / ".ssh"
+        if Path(home).is_dir() and not dot.exists():
+            dot.mkdir(mode=0o700)
     done = root / ".ready"
     if done.exists():
-        return root
-    etc, home = root / "etc-ssh", root / "dot-ssh"
-    for d in (root, etc, home):
+        return
+    etc, dot_ssh = root / "etc-ssh", root / "dot-ssh"
+    for d in (root, etc, dot_ssh):
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700 if d != etc else 0o755)
     _keygen(etc / "ssh_host_ed25519_key", "sm-emulator-host")
-    _keygen(home / "id_ed25519", "sm-emulator-cluster")
+    _keygen(dot_ssh / "id_ed25519", "sm-emulator-cluster")
     (etc / "sshd_config").write_text(SSHD_CONFIG)
     (etc / "ssh_config").write_text(CLIENT_CONFIG)
     if Path("/etc/ssh/moduli").is_file():
         shutil.copyfile("/etc/ssh/moduli", etc / "moduli")
-    (home / "config").write_text(CLIENT_CONFIG)
-    shutil.copyfile(home / "id_ed25519.pub", home / "authorized_keys")
+    (dot_ssh / "config").write_text(CLIENT_CONFIG)
+    shutil.copyfile(dot_ssh / "id_ed25519.pub", dot_ssh / "authorized_keys")
     for f in ("config", "authorized_keys"):
-        (home / f).chmod(0o600)
+        (dot_ssh / f).chmod(0o600)
     pam = Path("/etc/pam.d/sshd")
     if pam.is_file():
         (root / "pam-sshd").write_text(_pam_sshd(pam.read_text()))
     done.write_text("")
-    return root
 
 
-def _homes(env_home: str | None) -> list[str]:
-    homes = [pwd.getpwuid(os.geteuid()).pw_dir]
-    if env_home and env_home not in homes and Path(env_home).is_dir():
-        homes.append(env_home)
-    return homes
-
-
-def bwrap_args(scratch: Path, *, env_home: str | None = None) -> list[str]:
-    """``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` and ``/run/sshd`` (see the
-    module docstring); empty when :func:`available` is false."""
+def bwrap_args(root: Path, *, homes: Sequence[str]) -> list[str]:
+    """``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` (of each of ``homes``) and
+    ``/run/sshd`` from the material :func:`prepare` makes in ``root`` (see the module docstring).
+    Pure; empty when :func:`available` is false."""
     if not available():
         return []
-    root = prepare(scratch)
-    args = ["--bind", str(root / "etc-ssh"), "/etc/ssh",
-            "--perms", "0755", "--tmpfs", "/run/sshd"]
-    if (root / "pam-sshd").is_file():
+    args = ["--bind", str(root / "etc-ssh"), "/etc/ssh", "--perms", "0755", "--tmpfs", "/run/sshd"]
+    if Path("/etc/pam.d/sshd").is_file():
         args += ["--ro-bind", str(root / "pam-sshd"), "/etc/pam.d/sshd"]
-    for home in _homes(env_home):
-        dot = Path(home) / ".ssh"
-        if not dot.exists():
-            dot.mkdir(mode=0o700)
-        args += ["--bind", str(root / "dot-ssh"), str(dot)]
+    for home in homes:
+        args += ["--bind", str(root / "dot-ssh"), str(Path(home) / ".ssh")]
     return args
