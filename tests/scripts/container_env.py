@@ -25,8 +25,10 @@ if os.environ.get("LOCAL_RANK", "0") == "0":
     env = dict(item.split("=", 1) for item in items if "=" in item)
     with open("/proc/1/cmdline", "rb") as f:
         cmdline = [a.decode() for a in f.read().split(b"\0")[:-1]]
+    with open("/etc/hosts") as f:
+        etc_hosts = f.read()
     host = socket.gethostname()
     out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"{host}.json")
     with open(out, "w") as f:
         json.dump({"host": host, "env": env, "address": address("eth0"), "cmdline": cmdline,
-                   "hosts": open("/etc/hosts").read()}, f)
+                   "hosts": etc_hosts}, f)
