@@ -9,12 +9,9 @@ PID 1 of its PID namespace, as a container's entrypoint is: SIGTERM from outside
 if it handles SIGTERM (as ``docker stop`` on SageMaker), and killing it kills every process the
 host started, including those in new sessions.
 
-MPI-family jobs as root: a real ``sshd`` in every host (:mod:`.sshd`). Not root: ``sshd`` cannot
-run, so the agent serves a Unix socket (bind-mounted at :data:`AGENT_SOCKET_DIR` in every host)
-and the hosts get ``EMULATOR_NO_SSHD=1`` and ``OMPI_MCA_plm_rsh_agent`` naming the in-host
-``sm-emulator-rsh``: the toolkit's ``mpirun`` argv is unchanged, ``orted`` starts in the target
-host through the agent instead of ``ssh`` (see :mod:`.nsagent` and the in-host
-``_sm_emulator_nosshd``).
+MPI-family jobs: ``sshd`` in every host (:mod:`.sshd`): OpenSSH's as root; not root, a stand-in
+speaking real SSH, mounted over ``/usr/sbin/sshd`` (an unprivileged user namespace cannot run
+OpenSSH's).
 
 Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
 and kernel are shared with this machine; CPU and memory limits of the instance type are not
@@ -44,21 +41,6 @@ from .base import HostSpec, JobSpec, Mount
 AGENT_START_TIMEOUT = 20.0
 HOST_START_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")
-#: Where hosts see the agent's socket folder when they cannot run sshd (a host-private tmpfs).
-AGENT_SOCKET_DIR = "/dev/shm/.sm-emulator"
-
-
-def _needs_no_sshd(job: JobSpec) -> bool:
-    """True for an MPI-family job when hosts cannot run sshd (not root)."""
-    if os.geteuid() == 0 or not job.hosts:
-        return False
-    from ..distribution import runner_for
-
-    try:
-        hps = json.loads((job.hosts[0].opt_ml / "input/config/hyperparameters.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(hps, dict) and runner_for(hps) in ("mpi", "smdataparallel")
 
 
 def _ns_pids(pid: int) -> list[int]:
@@ -294,16 +276,8 @@ class ProcessBackend:
         return ["unshare", *user, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
 
     def start(self, job: JobSpec) -> ProcessJob:
-        agent_dir: Path | None = None
-        serve: list[str] = []
-        if _needs_no_sshd(job):
-            agent_dir = job.scratch / "agent"
-            agent_dir.mkdir(parents=True, exist_ok=True)
-            agent_dir.chmod(0o700)
-            serve = ["--serve", str(agent_dir / "agent.sock")]
         proc = subprocess.Popen(
-            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
-             *serve],
+            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py"))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(job, proc)
@@ -314,14 +288,10 @@ class ProcessBackend:
             prefix = job.subnet.split("/")[1]
             for index, spec in enumerate(job.hosts, start=1):
                 running.hosts[spec.name] = ProcessHost(running, spec, index)
-                env = dict(spec.env)
-                if agent_dir is not None:
-                    env.update({"EMULATOR_NO_SSHD": "1", "EMULATOR_AGENT_SOCKET": f"{AGENT_SOCKET_DIR}/agent.sock",
-                                "OMPI_MCA_plm_rsh_agent": f"{self.inhost_root}/bin/sm-emulator-rsh"})
                 running.send({"op": "start", "host": spec.name, "index": index,
                               "cidr": f"{spec.address}/{prefix}",
-                              "argv": self.bwrap_argv(spec, job, agent_dir=agent_dir),
-                              "env": env, "log": str(spec.log_path)})
+                              "argv": self.bwrap_argv(spec, job),
+                              "env": dict(spec.env), "log": str(spec.log_path)})
                 running.wait_event({"started", "exited"}, HOST_START_TIMEOUT, host=spec.name)
         except BaseException:
             running.teardown(0)
@@ -337,9 +307,8 @@ class ProcessBackend:
             return None
 
     @staticmethod
-    def bwrap_argv(spec: HostSpec, job: JobSpec, *, agent_dir: Path | None = None) -> list[str]:
-        """The ``bwrap`` command line that makes ``spec`` a host (see the module docstring);
-        ``agent_dir`` (the agent's socket folder, no-sshd mode) is bound at :data:`AGENT_SOCKET_DIR`."""
+    def bwrap_argv(spec: HostSpec, job: JobSpec) -> list[str]:
+        """The ``bwrap`` command line that makes ``spec`` a host (see the module docstring)."""
         etc = job.scratch / spec.name
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(spec.hosts_file)
@@ -373,10 +342,8 @@ class ProcessBackend:
         aws = Path.home() / ".aws"
         if aws.exists() and spec.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
             argv += ["--tmpfs", str(aws)]
-        # Real sshd per host for the MPI family (root only; see emulator/backends/sshd.py).
-        argv += sshd.bwrap_args(job.scratch, env_home=spec.env.get("HOME"))
-        if agent_dir is not None:  # not root: the agent's socket instead (see the module docstring)
-            argv += ["--bind", str(agent_dir), AGENT_SOCKET_DIR]
+        # sshd per host for the MPI family: OpenSSH's as root, else the stand-in (emulator/backends/sshd.py).
+        argv += sshd.bwrap_args(job.scratch, python=spec.command[0], env_home=spec.env.get("HOME"))
         argv += ["--chdir", spec.workdir, "--", *spec.command]
         return argv
 

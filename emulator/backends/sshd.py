@@ -1,29 +1,39 @@
-"""Real ``sshd`` inside each emulated host (process backend, when the emulator runs as root).
+"""``sshd`` inside each emulated host (process backend): OpenSSH's as root, a stand-in otherwise.
 
 The toolkit's MPI-family runners (``mpi``, ``smdistributed.dataparallel``, ``pytorchddp``) start
 ``/usr/sbin/sshd -D`` on every host, log in with paramiko (key authentication, port 22), and run
-``mpirun``, whose ``orted`` daemons reach the other hosts through ``ssh``. A DLC image carries
-what that needs; this module gives each emulated host the same, per job:
+``mpirun``, whose ``orted`` daemons reach the other hosts through ``ssh``; the master then runs
+``ssh HOST touch /tmp/done.algo-1``. A DLC image carries what that needs; this module gives each
+emulated host the same, per job:
 
 - ``/etc/ssh``: a per-job folder with one ed25519 host key shared by the cluster, an
   ``sshd_config`` (port 22, ``PermitRootLogin prohibit-password``, public keys only,
   ``UsePAM yes`` so that ``pam_env`` reads the host's ``/etc/environment`` as the toolkit's
   workers expect, ``StrictModes yes``, no pid file) and an ``ssh_config`` that trusts every
   host (``StrictHostKeyChecking no``, ``UserKnownHostsFile /dev/null``).
-- ``~/.ssh`` of root (and of ``$HOME`` if it differs): a per-job folder with the cluster's client
-  key pair (``id_ed25519``), ``authorized_keys`` and ``config``. The machine's own ``~/.ssh`` is
-  hidden, never read or written. (If the machine has no ``/root/.ssh``, an empty folder is created
-  there as the mount point; nothing is written into it.)
-- ``/run/sshd``: a private tmpfs per host (sshd's privilege-separation folder).
+- ``~/.ssh`` of root (and of ``$HOME`` and the emulator's user if they differ): a per-job folder
+  with the cluster's client key pair (``id_ed25519``), ``authorized_keys`` and ``config``. The
+  machine's own ``~/.ssh`` is hidden, never read or written. (If a home has no ``.ssh``, an empty
+  folder is created there as the mount point; nothing is written into it.)
+- As root, OpenSSH's ``sshd`` runs, with ``/run/sshd`` a private tmpfs per host (its
+  privilege-separation folder) and ``/etc/pam.d/sshd`` with ``pam_loginuid`` optional, as the
+  DLC's Dockerfiles do.
+- Not root, OpenSSH's ``sshd`` cannot run: an unprivileged user namespace denies ``setgroups``,
+  so it can neither switch to its privilege-separation user nor log anyone in. A per-job wrapper
+  that starts the stand-in ``emulator/inhost/site/_sm_emulator_sshd.py`` (real SSH through
+  paramiko; its docstring lists what it does and does not emulate) with the job's interpreter is
+  bind-mounted over ``/usr/sbin/sshd``, so the toolkit starts it unchanged. Inside the job's
+  user namespace the process is uid 0, whose home is ``/root``: there the machine's ``/root``
+  is replaced by an empty private tmpfs (an unprivileged user cannot enter it anyway) holding
+  the per-job ``.ssh``, which OpenSSH's ``ssh`` client and the stand-in read.
 
 All of it lives in the job's scratch folder (mode 0700) and is removed with it; keys are made per
 job and never leave it.
 
-Not emulated: the DLC's ``sshd`` configuration byte for byte (only the settings above are
-chosen to match what the toolkit relies on); ``pam_loginuid`` is made optional, as the DLC's
-Dockerfiles do. Unavailable without root: an unprivileged user namespace cannot ``setgroups``,
-so ``sshd`` cannot switch to its privilege-separation user or log anyone in; the process backend
-then uses the namespace agent's socket instead (see :mod:`.nsagent`).
+Not emulated: the DLC's ``sshd`` configuration byte for byte (only the settings above are chosen
+to match what the toolkit relies on). A machine without ``/usr/sbin/sshd`` gets neither (nothing
+to mount over): the toolkit then fails with its own "SSH daemon not found", as SageMaker does
+with an image that lacks sshd.
 """
 
 from __future__ import annotations
@@ -31,19 +41,25 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-SSHD = "/usr/sbin/sshd"
+from ..inhost import SITE
+from ..inhost.protocol import SSH_DIR, SSH_PORT, SSHD
+
 KEYGEN = "ssh-keygen"
 SUBDIR = "ssh"
+#: The stand-in program (runs inside hosts) and the per-job wrapper mounted over ``SSHD``.
+STANDIN = SITE / "_sm_emulator_sshd.py"
+STANDIN_WRAPPER = "sshd-standin"
 
-SSHD_CONFIG = """\
+SSHD_CONFIG = f"""\
 # sshd_config of an emulated SageMaker host (sagemaker-cluster-emulator; per job)
-Port 22
+Port {SSH_PORT}
 ListenAddress 0.0.0.0
-HostKey /etc/ssh/ssh_host_ed25519_key
+HostKey {SSH_DIR}/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 AuthorizedKeysFile .ssh/authorized_keys
@@ -72,8 +88,14 @@ Host *
 
 
 def available() -> bool:
-    """True when hosts can run a real sshd: root, ``/usr/sbin/sshd`` and ``ssh-keygen`` present."""
+    """True when hosts can run OpenSSH's sshd: root, ``/usr/sbin/sshd`` and ``ssh-keygen`` present."""
     return os.geteuid() == 0 and Path(SSHD).is_file() and shutil.which(KEYGEN) is not None
+
+
+def standin_used() -> bool:
+    """True when hosts get the sshd stand-in instead: not root, ``/usr/sbin/sshd`` there to be
+    mounted over, ``ssh-keygen`` present."""
+    return os.geteuid() != 0 and Path(SSHD).is_file() and shutil.which(KEYGEN) is not None
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -120,19 +142,46 @@ def _homes(env_home: str | None) -> list[str]:
     return homes
 
 
-def bwrap_args(scratch: Path, *, env_home: str | None = None) -> list[str]:
-    """``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` and ``/run/sshd`` (see the
-    module docstring); empty when :func:`available` is false."""
-    if not available():
-        return []
-    root = prepare(scratch)
-    args = ["--bind", str(root / "etc-ssh"), "/etc/ssh",
-            "--perms", "0755", "--tmpfs", "/run/sshd"]
-    if (root / "pam-sshd").is_file():
-        args += ["--ro-bind", str(root / "pam-sshd"), "/etc/pam.d/sshd"]
-    for home in _homes(env_home):
+def _dot_ssh_binds(root: Path, homes: list[str]) -> list[str]:
+    args = []
+    for home in homes:
         dot = Path(home) / ".ssh"
         if not dot.exists():
             dot.mkdir(mode=0o700)
         args += ["--bind", str(root / "dot-ssh"), str(dot)]
     return args
+
+
+def _write_wrapper(root: Path, python: str) -> Path:
+    wrapper = root / STANDIN_WRAPPER
+    wrapper.write_text("#!/bin/sh\n# sshd stand-in of an emulated host (sagemaker-cluster-emulator; per job); "
+                       "see emulator/inhost/site/_sm_emulator_sshd.py\n"
+                       f"exec {shlex.quote(python)} {shlex.quote(str(STANDIN))} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def bwrap_args(scratch: Path, *, python: str, env_home: str | None = None,
+               standin: bool | None = None) -> list[str]:
+    """``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` and OpenSSH's ``sshd``
+    (:func:`available`) or the stand-in run by ``python`` (:func:`standin_used`; ``standin=True``
+    forces it, for tests that compare the two as root); see the module docstring. Empty when
+    neither applies."""
+    if standin is None:
+        standin = standin_used()
+    if available() and not standin:
+        root = prepare(scratch)
+        args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--perms", "0755", "--tmpfs", "/run/sshd"]
+        if (root / "pam-sshd").is_file():
+            args += ["--ro-bind", str(root / "pam-sshd"), "/etc/pam.d/sshd"]
+        return args + _dot_ssh_binds(root, _homes(env_home))
+    if not standin or not Path(SSHD).is_file():
+        return []
+    root = prepare(scratch)
+    args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--ro-bind", str(_write_wrapper(root, python)), SSHD]
+    namespace_home = pwd.getpwuid(0).pw_dir  # the job's user namespace maps the emulator's user to uid 0
+    homes = _homes(env_home)
+    if namespace_home not in homes:
+        args += ["--perms", "0700", "--tmpfs", namespace_home,
+                 "--bind", str(root / "dot-ssh"), f"{namespace_home}/.ssh"]
+    return args + _dot_ssh_binds(root, homes)

@@ -2,7 +2,7 @@
 
 Only post-import hooks are registered here: torch is patched when ``import torch`` finishes,
 Lightning's DDP strategies when their modules finish executing, the toolkit's MPI-family
-runners when they do (short sleeps, and no sshd where hosts cannot run one). A process that never imports
+runners when they do (short sleeps, opt-in). A process that never imports
 torch or Lightning imports nothing beyond ``_sm_emulator_importhook``.
 """
 
@@ -41,12 +41,6 @@ def _on_toolkit_runner(module: ModuleType) -> None:
     _sm_emulator_toolkit.patch(module)
 
 
-def _on_toolkit_no_sshd(module: ModuleType) -> None:
-    import _sm_emulator_nosshd
-
-    _sm_emulator_nosshd.patch(module)
-
-
 def install() -> None:
     """Register the lazy patches."""
     import os
@@ -57,9 +51,6 @@ def install() -> None:
     if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
         for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
             when_imported(name, _on_toolkit_runner)
-    if os.environ.get("EMULATOR_NO_SSHD") == "1":  # process backend, not root: see _sm_emulator_nosshd
-        for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
-            when_imported(name, _on_toolkit_no_sshd)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)
 
