@@ -11,16 +11,19 @@ from __future__ import annotations
 from types import ModuleType
 
 #: Lightning modules (2.x ``lightning``/``pytorch_lightning``/``lightning_fabric``, and 1.5's
-#: ``plugins.training_type``) whose DDP classes pick CUDA device ids.
+#: ``plugins.training_type``) whose DDP classes pick CUDA device ids: the modules of the
+#: ``lightning-ddp`` entries of ``_sm_emulator_patches`` (not imported here: it is not free, and
+#: most processes never import Lightning; tests/test_patch_registry.py keeps the two equal).
 LIGHTNING_DDP_MODULES = (
     "pytorch_lightning.strategies.ddp",
-    "pytorch_lightning.strategies.ddp_spawn",
     "pytorch_lightning.plugins.training_type.ddp",
     "pytorch_lightning.plugins.training_type.ddp_spawn",
     "lightning.pytorch.strategies.ddp",
     "lightning.fabric.strategies.ddp",
     "lightning_fabric.strategies.ddp",
 )
+#: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
+TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
 
 
 def _on_torch(module: ModuleType) -> None:
@@ -49,7 +52,7 @@ def install() -> None:
 
     when_imported("torch", _on_torch)
     if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
-        for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
+        for name in TOOLKIT_SLEEP_MODULES:
             when_imported(name, _on_toolkit_runner)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)

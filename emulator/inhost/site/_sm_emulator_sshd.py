@@ -262,34 +262,27 @@ def _chdir_problem(home: str) -> str | None:
     return None if os.access(home, os.X_OK) else os.strerror(13)  # EACCES
 
 
-def _pump_in(channel: Any, sink: Any) -> None:
+def _pump(read: Any, write: Any, done: Any) -> None:
+    """Copy ``read(n)`` to ``write`` until it returns nothing or either side fails (the client
+    went away: the command's stdin ends, its next write to stdout/stderr gets SIGPIPE)."""
     try:
-        while True:
-            data = channel.recv(1 << 16)
-            if not data:
-                break
-            sink.write(data)
-            sink.flush()
+        while data := read(1 << 16):
+            write(data)
     except OSError:
         pass
     finally:
         try:
-            sink.close()
+            done()
         except OSError:
             pass
 
 
-def _pump_out(source: Any, send: Any) -> None:
-    try:
-        while True:
-            data = source.read1(1 << 16)
-            if not data:
-                break
-            send(data)
-    except OSError:  # the client went away: the command's next write gets SIGPIPE
-        pass
-    finally:
-        source.close()
+def _write_flushed(sink: Any) -> Any:
+    def write(data: bytes) -> None:
+        sink.write(data)
+        sink.flush()
+
+    return write
 
 
 def run_session(channel: Any, argv: list[str], shell: str, env: Mapping[str, str], home: str) -> None:
@@ -306,13 +299,14 @@ def run_session(channel: Any, argv: list[str], shell: str, env: Mapping[str, str
         return
     if problem:
         channel.sendall_stderr(f"Could not chdir to home directory {home}: {problem}\n".encode())
-    pumps = [threading.Thread(target=_pump_out, args=(proc.stdout, channel.sendall), daemon=True),
-             threading.Thread(target=_pump_out, args=(proc.stderr, channel.sendall_stderr), daemon=True)]
+    pumps = [threading.Thread(target=_pump, args=(out.read1, send, out.close), daemon=True)
+             for out, send in ((proc.stdout, channel.sendall), (proc.stderr, channel.sendall_stderr))]
+    pumps.append(threading.Thread(target=_pump, args=(channel.recv, _write_flushed(proc.stdin), proc.stdin.close),
+                                  daemon=True))
     for pump in pumps:
         pump.start()
-    threading.Thread(target=_pump_in, args=(channel, proc.stdin), daemon=True).start()
     code = proc.wait()
-    for pump in pumps:
+    for pump in pumps[:2]:  # all output sent (stdin's pump ends when the channel closes)
         pump.join()
     try:
         if code >= 0:
