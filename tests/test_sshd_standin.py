@@ -162,7 +162,10 @@ def test_mounts(tmp_path: Path) -> None:
     """OpenSSH's sshd as root; otherwise the stand-in's wrapper over /usr/sbin/sshd, run by the
     job's interpreter, and uid 0's home (the job's namespace maps the emulator's user to uid 0)
     replaced by a private folder holding the per-job ~/.ssh."""
+    planned = sshd.mount_args(tmp_path, standin=True)
+    assert not any(tmp_path.iterdir())  # mount_args is pure: prepare() makes what it names
     standin = sshd.bwrap_args(tmp_path, python="/opt/py/bin/python3", standin=True)
+    assert standin == planned
     wrapper = Path(standin[standin.index(sshd.SSHD) - 1])
     assert standin[standin.index(sshd.SSHD) - 2] == "--ro-bind"
     assert wrapper.read_text().splitlines()[-1] == f'exec /opt/py/bin/python3 {sshd.STANDIN} "$@"'

@@ -108,30 +108,41 @@ def _pam_sshd(text: str) -> str:
     return re.sub(r"(?m)^(session\s+)required(\s+pam_loginuid\.so)", r"\1optional\2", text)
 
 
-def prepare(scratch: Path) -> Path:
-    """Make the job's ssh material under ``scratch`` (once per job; later calls reuse it)."""
+def prepare(scratch: Path, *, python: str | None = None, env_home: str | None = None) -> Path:
+    """Make the job's ssh material under ``scratch`` (keys and configs once per job; later calls
+    reuse them), the stand-in's wrapper for ``python`` if given, and an empty ``.ssh`` mount point
+    in each home that lacks one. Returns the folder :func:`mount_args` names."""
     root = scratch / SUBDIR
     done = root / ".ready"
-    if done.exists():
-        return root
-    etc, home = root / "etc-ssh", root / "dot-ssh"
-    for d in (root, etc, home):
-        d.mkdir(parents=True, exist_ok=True)
-        d.chmod(0o700 if d != etc else 0o755)
-    _keygen(etc / "ssh_host_ed25519_key", "sm-emulator-host")
-    _keygen(home / "id_ed25519", "sm-emulator-cluster")
-    (etc / "sshd_config").write_text(SSHD_CONFIG)
-    (etc / "ssh_config").write_text(CLIENT_CONFIG)
-    if Path("/etc/ssh/moduli").is_file():
-        shutil.copyfile("/etc/ssh/moduli", etc / "moduli")
-    (home / "config").write_text(CLIENT_CONFIG)
-    shutil.copyfile(home / "id_ed25519.pub", home / "authorized_keys")
-    for f in ("config", "authorized_keys"):
-        (home / f).chmod(0o600)
-    pam = Path("/etc/pam.d/sshd")
-    if pam.is_file():
-        (root / "pam-sshd").write_text(_pam_sshd(pam.read_text()))
-    done.write_text("")
+    if not done.exists():
+        etc, home = root / "etc-ssh", root / "dot-ssh"
+        for d in (root, etc, home):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(0o700 if d != etc else 0o755)
+        _keygen(etc / "ssh_host_ed25519_key", "sm-emulator-host")
+        _keygen(home / "id_ed25519", "sm-emulator-cluster")
+        (etc / "sshd_config").write_text(SSHD_CONFIG)
+        (etc / "ssh_config").write_text(CLIENT_CONFIG)
+        if Path("/etc/ssh/moduli").is_file():
+            shutil.copyfile("/etc/ssh/moduli", etc / "moduli")
+        (home / "config").write_text(CLIENT_CONFIG)
+        shutil.copyfile(home / "id_ed25519.pub", home / "authorized_keys")
+        for f in ("config", "authorized_keys"):
+            (home / f).chmod(0o600)
+        pam = Path("/etc/pam.d/sshd")
+        if pam.is_file():
+            (root / "pam-sshd").write_text(_pam_sshd(pam.read_text()))
+        done.write_text("")
+    if python is not None:
+        wrapper = root / STANDIN_WRAPPER
+        wrapper.write_text("#!/bin/sh\n# sshd stand-in of an emulated host (sagemaker-cluster-emulator; per job); "
+                           "see emulator/inhost/site/_sm_emulator_sshd.py\n"
+                           f"exec {shlex.quote(python)} {shlex.quote(str(STANDIN))} \"$@\"\n")
+        wrapper.chmod(0o755)
+    for folder in _homes(env_home):
+        dot = Path(folder) / ".ssh"
+        if not dot.exists():
+            dot.mkdir(mode=0o700)
     return root
 
 
@@ -142,46 +153,36 @@ def _homes(env_home: str | None) -> list[str]:
     return homes
 
 
-def _dot_ssh_binds(root: Path, homes: list[str]) -> list[str]:
-    args = []
+def mount_args(scratch: Path, *, env_home: str | None = None, standin: bool | None = None) -> list[str]:
+    """The ``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` and OpenSSH's ``sshd``
+    (:func:`available`) or the stand-in (:func:`standin_used`; ``standin=True`` forces it, for
+    tests that compare the two as root); see the module docstring. Empty when neither applies.
+    Pure: the files they name are made by :func:`prepare`."""
+    if standin is None:
+        standin = standin_used()
+    root = scratch / SUBDIR
+    dot_ssh = str(root / "dot-ssh")
+    homes = _homes(env_home)
+    if available() and not standin:
+        args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--perms", "0755", "--tmpfs", "/run/sshd"]
+        if Path("/etc/pam.d/sshd").is_file():
+            args += ["--ro-bind", str(root / "pam-sshd"), "/etc/pam.d/sshd"]
+    elif standin and Path(SSHD).is_file():
+        args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--ro-bind", str(root / STANDIN_WRAPPER), SSHD]
+        namespace_home = pwd.getpwuid(0).pw_dir  # the job's user namespace maps the emulator's user to uid 0
+        if namespace_home not in homes:
+            args += ["--perms", "0700", "--tmpfs", namespace_home, "--bind", dot_ssh, f"{namespace_home}/.ssh"]
+    else:
+        return []
     for home in homes:
-        dot = Path(home) / ".ssh"
-        if not dot.exists():
-            dot.mkdir(mode=0o700)
-        args += ["--bind", str(root / "dot-ssh"), str(dot)]
+        args += ["--bind", dot_ssh, str(Path(home) / ".ssh")]
     return args
-
-
-def _write_wrapper(root: Path, python: str) -> Path:
-    wrapper = root / STANDIN_WRAPPER
-    wrapper.write_text("#!/bin/sh\n# sshd stand-in of an emulated host (sagemaker-cluster-emulator; per job); "
-                       "see emulator/inhost/site/_sm_emulator_sshd.py\n"
-                       f"exec {shlex.quote(python)} {shlex.quote(str(STANDIN))} \"$@\"\n")
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def bwrap_args(scratch: Path, *, python: str, env_home: str | None = None,
                standin: bool | None = None) -> list[str]:
-    """``bwrap`` arguments that give a host ``/etc/ssh``, ``~/.ssh`` and OpenSSH's ``sshd``
-    (:func:`available`) or the stand-in run by ``python`` (:func:`standin_used`; ``standin=True``
-    forces it, for tests that compare the two as root); see the module docstring. Empty when
-    neither applies."""
-    if standin is None:
-        standin = standin_used()
-    if available() and not standin:
-        root = prepare(scratch)
-        args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--perms", "0755", "--tmpfs", "/run/sshd"]
-        if (root / "pam-sshd").is_file():
-            args += ["--ro-bind", str(root / "pam-sshd"), "/etc/pam.d/sshd"]
-        return args + _dot_ssh_binds(root, _homes(env_home))
-    if not standin or not Path(SSHD).is_file():
-        return []
-    root = prepare(scratch)
-    args = ["--bind", str(root / "etc-ssh"), SSH_DIR, "--ro-bind", str(_write_wrapper(root, python)), SSHD]
-    namespace_home = pwd.getpwuid(0).pw_dir  # the job's user namespace maps the emulator's user to uid 0
-    homes = _homes(env_home)
-    if namespace_home not in homes:
-        args += ["--perms", "0700", "--tmpfs", namespace_home,
-                 "--bind", str(root / "dot-ssh"), f"{namespace_home}/.ssh"]
-    return args + _dot_ssh_binds(root, homes)
+    """:func:`mount_args`, after :func:`prepare` made what they name (the stand-in run by ``python``)."""
+    args = mount_args(scratch, env_home=env_home, standin=standin)
+    if args:
+        prepare(scratch, python=python, env_home=env_home)
+    return args
