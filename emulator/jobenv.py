@@ -61,12 +61,14 @@ def interpreter(source_dir: Path) -> str:
     return sys.executable if req is None else str(CACHE / _key(req) / "bin" / "python")
 
 
-def prepare(source_dir: Path, scratch: Path, log: Path, *, env: Mapping[str, str]) -> tuple[str, bool]:
+def prepare(source_dir: Path, scratch: Path, log: Path, *,
+            env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
     Without a ``requirements.txt``: this interpreter, nothing to do. With one: the cached job
     environment's interpreter (:func:`interpreter`), installing the requirements first if needed
-    (output to ``log``; pip runs with ``env``, the hosts' environment, not the caller's).
+    (output to ``log``; pip runs with ``env``: the supervisor passes the hosts' environment, so
+    nothing of the caller's reaches it; default: this process's).
     """
     req = _requirements(source_dir)
     if req is None:
@@ -83,7 +85,7 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, env: Mapping[str, str
         with open(log, "ab") as out:
             done = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
                                    "-r", str(req)], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False, env=dict(env))
+                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False, env=None if env is None else dict(env))
         if done.returncode == 0:
             (venv / ".ready").touch()
             return str(python), True

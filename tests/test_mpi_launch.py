@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import time
@@ -196,10 +195,9 @@ def test_prediction_shapes() -> None:
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
 def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
-    root = tmp_path / "ssh"
-    sshd.prepare(root, homes=[])
+    root = sshd.prepare(tmp_path)
     key = (root / "dot-ssh" / "id_ed25519").read_bytes()
-    sshd.prepare(root, homes=[])
+    assert sshd.prepare(tmp_path) == root
     assert (root / "dot-ssh" / "id_ed25519").read_bytes() == key  # idempotent within a job
     assert (root / "dot-ssh" / "authorized_keys").read_text() == (root / "dot-ssh" / "id_ed25519.pub").read_text()
     assert oct((root / "etc-ssh" / "ssh_host_ed25519_key").stat().st_mode & 0o777) == "0o600"
@@ -207,9 +205,7 @@ def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
     config = (root / "etc-ssh" / "sshd_config").read_text()
     for line in ("PermitRootLogin prohibit-password", "UsePAM yes", "StrictModes yes", "PidFile none"):
         assert line in config
-    sshd.prepare(tmp_path / "other", homes=[])
-    assert (tmp_path / "other" / "dot-ssh" / "id_ed25519").read_bytes() != key  # per job
+    other = sshd.prepare(tmp_path / "other")
+    assert (other / "dot-ssh" / "id_ed25519").read_bytes() != key  # per job
     if (root / "pam-sshd").exists():
         assert not re.search(r"(?m)^session\s+required\s+pam_loginuid", (root / "pam-sshd").read_text())
-    if os.geteuid() != 0:
-        assert sshd.bwrap_args(root, homes=[]) == []

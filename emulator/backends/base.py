@@ -96,7 +96,7 @@ class LaunchSpec:
     hosts: tuple[HostLaunch, ...]
     scratch: Path  # the backend's own files (removed by the supervisor)
     allow_egress: bool = False
-    #: Backend-specific facts the start needs and a reader should see (e.g. ``no_sshd``).
+    #: Backend-specific facts the start needs and a reader should see (e.g. which sshd hosts get).
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def host(self, name: str) -> HostLaunch:

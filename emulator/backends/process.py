@@ -14,10 +14,9 @@ The "image" is this machine: the job's interpreter (yours, or a venv layered on 
 from an allowlist (see :mod:`emulator.plan`): ``PATH``, ``HOME``, ``LD_LIBRARY_PATH`` (when set;
 your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
 
-MPI-family jobs as root: a real ``sshd`` in every host (:mod:`.sshd`). Not root: ``sshd`` cannot
-run, so the agent serves a Unix socket (bind-mounted at ``AGENT_SOCKET_DIR`` in every host) and
-the hosts get ``EMULATOR_NO_SSHD=1`` and ``OMPI_MCA_plm_rsh_agent`` naming the in-host
-``sm-emulator-rsh`` (see :mod:`.nsagent` and the in-host ``_sm_emulator_nosshd``).
+``sshd`` in every host (:mod:`.sshd`), for the MPI family's ``mpirun`` over ssh: OpenSSH's as
+root; not root, a stand-in speaking real SSH, mounted over ``/usr/sbin/sshd`` (an unprivileged
+user namespace cannot run OpenSSH's).
 
 Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
 and kernel are shared with this machine; CPU and memory limits of the instance type are not
@@ -307,34 +306,25 @@ class ProcessBackend:
 
         return jobenv.prepare(request.source_dir, scratch, log, env=env)[0]
 
-    @staticmethod
-    def no_sshd(plan: JobPlan) -> bool:
-        """True when hosts need ssh but cannot run sshd (an MPI-family job, emulator not root)."""
-        return plan.uses_ssh and os.geteuid() != 0
-
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
 
         addresses = host_addresses(P.JOB_SUBNET, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
-        no_sshd = self.no_sshd(plan)
-        agent_dir = scratch / "agent" if no_sshd else None
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
         launches = []
         for host in plan.hosts:
             env = {**host.env, "HOSTNAME": host.name, "PWD": P.CODE_DIR}  # bwrap --chdir sets PWD
-            if no_sshd:
-                env.update({P.ENV_NO_SSHD: "1", P.ENV_AGENT_SOCKET: P.AGENT_SOCKET,
-                            "OMPI_MCA_plm_rsh_agent": f"{INHOST_ROOT}/bin/sm-emulator-rsh"})
             mounts = (*host_mounts(plan, host.name), diag)
             partial = HostLaunch(name=host.name, address=addresses[host.name], command=tuple(host.command),
                                  env=env, workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
                                  log_path=logs / f"{host.name}.log", argv=())
-            argv = bwrap_argv(partial, scratch / host.name, ssh_root=scratch / sshd.SUBDIR,
-                              agent_dir=agent_dir)
+            argv = bwrap_argv(partial, scratch)
             launches.append(HostLaunch(**{**partial.__dict__, "argv": tuple(argv)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),
-                          scratch=scratch, options={"no_sshd": no_sshd, "user_namespace": os.geteuid() != 0})
+                          scratch=scratch, options={"python": plan.runtime.python, "user_namespace": os.geteuid() != 0,
+                                                    "sshd": "openssh" if sshd.available() else
+                                                    "stand-in" if sshd.standin_used() else None})
 
     @staticmethod
     def _unshare_prefix() -> list[str]:
@@ -342,22 +332,16 @@ class ProcessBackend:
         return ["unshare", *user, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
 
     def start(self, spec: LaunchSpec) -> ProcessJob:
-        serve: list[str] = []
-        if spec.options.get("no_sshd"):
-            agent_dir = spec.scratch / "agent"
-            agent_dir.mkdir(parents=True, exist_ok=True)
-            agent_dir.chmod(0o700)
-            serve = ["--serve", str(agent_dir / "agent.sock")]
-        if sshd.available():
-            sshd.prepare(spec.scratch / sshd.SUBDIR, homes=_homes(spec))
+        if spec.options.get("sshd"):
+            for home in sorted({h.env.get("HOME", "") for h in spec.hosts}):
+                sshd.prepare(spec.scratch, python=spec.options["python"], env_home=home or None)
         for host in spec.hosts:
             _write_etc(spec.scratch / host.name, host)
             for m in host.mounts:
                 if not m.read_only:
                     m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
-            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
-             *serve],
+            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py"))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(spec, proc)
@@ -390,11 +374,6 @@ def _home() -> str:
     return pwd.getpwuid(os.geteuid()).pw_dir
 
 
-def _homes(spec: LaunchSpec) -> list[str]:
-    """The home folders whose ``~/.ssh`` the hosts see (root's, and ``$HOME`` if it differs)."""
-    return list(dict.fromkeys([_home(), *(h.env.get("HOME", _home()) for h in spec.hosts)]))
-
-
 def _write_etc(folder: Path, host: HostLaunch) -> None:
     """The host's private ``/etc/hosts``, ``/etc/hostname`` and ``/etc/environment`` files."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -407,10 +386,11 @@ def _write_etc(folder: Path, host: HostLaunch) -> None:
         env_file.write_text("")
 
 
-def bwrap_argv(host: HostLaunch, etc: Path, *, ssh_root: Path, agent_dir: Path | None = None) -> list[str]:
+def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
     """The command line that makes ``host`` (see the module docstring). Pure: the files it names
-    under ``etc`` (``hosts``, ``hostname``, ``environment``) are written by ``start``;
-    ``agent_dir`` (no-sshd mode: the agent's socket folder) is bound at ``AGENT_SOCKET_DIR``."""
+    under ``scratch`` (``<host>/hosts``, ``hostname``, ``environment``; the ssh material) are
+    written by ``start``."""
+    etc = scratch / host.name
     # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
     # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
     argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
@@ -434,11 +414,8 @@ def bwrap_argv(host: HostLaunch, etc: Path, *, ssh_root: Path, agent_dir: Path |
     aws = Path(_home()) / ".aws"
     if aws.exists() and host.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
         argv += ["--tmpfs", str(aws)]
-    # A real sshd per host (root only; see emulator/backends/sshd.py).
-    if sshd.available():
-        argv += sshd.bwrap_args(ssh_root, homes=list(dict.fromkeys([_home(), host.env.get("HOME", _home())])))
-    if agent_dir is not None:  # not root: the agent's socket instead (see the module docstring)
-        argv += ["--bind", str(agent_dir), P.AGENT_SOCKET_DIR]
+    # sshd per host for the MPI family: OpenSSH's as root, else the stand-in (emulator/backends/sshd.py)
+    argv += sshd.mount_args(scratch, env_home=host.env.get("HOME"))
     argv += ["--chdir", host.workdir, "--", *host.command]
     return argv
 

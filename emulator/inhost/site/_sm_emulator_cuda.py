@@ -32,6 +32,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
 
 _CAPABILITY_BY_MODEL = {
@@ -46,16 +47,6 @@ _CAPABILITY_BY_MODEL = {
     "K80": (3, 7),
 }
 
-_FACTORIES = (
-    "tensor", "as_tensor", "asarray", "zeros", "ones", "empty", "full", "rand", "randn",
-    "randint", "randperm", "arange", "range", "linspace", "logspace", "eye", "zeros_like",
-    "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
-    "empty_strided", "tril_indices", "triu_indices", "scalar_tensor", "sparse_coo_tensor",
-    "normal", "bartlett_window", "blackman_window", "hamming_window", "hann_window",
-    "kaiser_window",
-)  # fmt: skip
-_TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
-
 _NOT_EMULATED_CLASSES = ("Stream", "ExternalStream", "Event", "CUDAGraph", "graph", "stream")
 _NOT_EMULATED_FUNCTIONS = (
     "current_stream", "default_stream", "set_stream", "make_graphed_callables",
@@ -66,11 +57,6 @@ _NOT_EMULATED_MODULES = ("nccl", "comm")
 _ZERO_MEMORY = (
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_cached", "max_memory_cached", "device_memory_used",
-)  # fmt: skip
-_NO_OPS = (
-    "synchronize", "empty_cache", "ipc_collect", "init", "reset_peak_memory_stats",
-    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_accumulated_memory_stats",
-    "set_per_process_memory_fraction", "set_sync_debug_mode",
 )  # fmt: skip
 
 
@@ -172,13 +158,16 @@ def _patch_tensor(torch: Any) -> None:
     tensor = torch.Tensor
     original_to = tensor.to
 
-    @functools.wraps(original_to)
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if args and isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool):
-            args = (map_device(args[0]), *args[1:])
-        if kwargs.get("device") is not None:
-            kwargs["device"] = map_device(kwargs["device"])
-        return original_to(self, *args, **kwargs)
+    def make_to(original: Any) -> Any:
+        @functools.wraps(original)
+        def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if args and isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool):
+                args = (map_device(args[0]), *args[1:])
+            if kwargs.get("device") is not None:
+                kwargs["device"] = map_device(kwargs["device"])
+            return original(self, *args, **kwargs)
+
+        return to
 
     def cuda(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         map_device(_State.current if device is None else device)
@@ -187,15 +176,14 @@ def _patch_tensor(torch: Any) -> None:
     def pin_memory(self: Any, *args: Any, **kwargs: Any) -> Any:
         return self
 
-    tensor.to = to
-    tensor.cuda = cuda
-    tensor.pin_memory = pin_memory
-    for name in _TENSOR_NEW:
-        if hasattr(tensor, name):
-            setattr(tensor, name, _with_device_kwarg(getattr(tensor, name)))
-    for name in _FACTORIES:
-        if hasattr(torch, name):
-            setattr(torch, name, _with_device_kwarg(getattr(torch, name)))
+    patches.wrap("cuda-tensors", torch, "Tensor.to", make_to)
+    patches.replace("cuda-tensors", torch, "Tensor.cuda", cuda)
+    patches.replace("cuda-tensors", torch, "Tensor.pin_memory", pin_memory)
+    for entry in patches.entries("cuda-tensors"):
+        if entry.attribute.startswith("Tensor.new_"):
+            patches.wrap("cuda-tensors", torch, entry.attribute, _with_device_kwarg)
+    for entry in patches.entries("cuda-factories"):
+        patches.wrap("cuda-factories", torch, entry.attribute, _with_device_kwarg)
 
 
 class _DeviceContext:
@@ -267,53 +255,57 @@ def _patch_torch_cuda(torch: Any) -> None:
         nothing.__name__ = name
         return nothing
 
-    replacements: dict[str, Any] = {
-        "is_available": _is_available,
-        "device_count": _device_count,
-        "is_initialized": lambda: True,
-        "current_device": lambda: _State.current,
-        "set_device": _set_device,
-        "device": _DeviceContext,
-        "device_of": lambda tensor: _DeviceContext(None),
-        "get_device_name": lambda device=None: properties(device).name,
-        "get_device_properties": properties,
-        "get_device_capability": lambda device=None: (
-            properties(device).major,
-            properties(device).minor,
-        ),
-        "is_bf16_supported": lambda including_emulation=True: capability >= (8, 0),
-        "manual_seed": ignore("manual_seed"),
-        "manual_seed_all": ignore("manual_seed_all"),
-        "seed": ignore("seed"),
-        "seed_all": ignore("seed_all"),
-        "initial_seed": lambda: torch.initial_seed(),
-        "get_rng_state": rng_state,
-        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(gpu_count())],
-        "set_rng_state": ignore("set_rng_state"),
-        "set_rng_state_all": ignore("set_rng_state_all"),
-        "memory_stats": lambda device=None: {},
-        "memory_summary": lambda device=None, abbreviated=False: "",
-        "mem_get_info": lambda device=None: (0, 0),
-        "utilization": lambda device=None: 0,
+    replacements: dict[str, dict[str, Any]] = {
+        "cuda-devices": {
+            "is_available": _is_available,
+            "device_count": _device_count,
+            "is_initialized": lambda: True,
+            "current_device": lambda: _State.current,
+            "set_device": _set_device,
+            "device": _DeviceContext,
+            "device_of": lambda tensor: _DeviceContext(None),
+            "get_device_name": lambda device=None: properties(device).name,
+            "get_device_properties": properties,
+            "get_device_capability": lambda device=None: (
+                properties(device).major,
+                properties(device).minor,
+            ),
+            "is_bf16_supported": lambda including_emulation=True: capability >= (8, 0),
+        },
+        "cuda-rng": {
+            "manual_seed": ignore("manual_seed"),
+            "manual_seed_all": ignore("manual_seed_all"),
+            "seed": ignore("seed"),
+            "seed_all": ignore("seed_all"),
+            "initial_seed": lambda: torch.initial_seed(),
+            "get_rng_state": rng_state,
+            "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(gpu_count())],
+            "set_rng_state": ignore("set_rng_state"),
+            "set_rng_state_all": ignore("set_rng_state_all"),
+        },
+        "cuda-memory": {
+            "memory_stats": lambda device=None: {},
+            "memory_summary": lambda device=None, abbreviated=False: "",
+            "mem_get_info": lambda device=None: (0, 0),
+            "utilization": lambda device=None: 0,
+            **{name: (lambda device=None: 0) for name in _ZERO_MEMORY},
+        },
+        "cuda-no-ops": {e.attribute: ignore(e.attribute) for e in patches.entries("cuda-no-ops")},
+        "cuda-not-emulated": {
+            **{name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES},
+            **{name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS},
+            **{name: _NotEmulatedModule(f"torch.cuda.{name}") for name in _NOT_EMULATED_MODULES},
+        },
     }
-    replacements.update({name: (lambda device=None: 0) for name in _ZERO_MEMORY})
-    replacements.update({name: ignore(name) for name in _NO_OPS})
-    replacements.update({name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES})
-    replacements.update({name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS})
-    for name, value in replacements.items():
-        setattr(cuda, name, value)
-    for name in _NOT_EMULATED_MODULES:
-        setattr(cuda, name, _NotEmulatedModule(f"torch.cuda.{name}"))
-    cuda.CUDAGraph = _not_emulated_class("torch.cuda.CUDAGraph")
+    for group, values in replacements.items():
+        for name, value in values.items():
+            patches.replace(group, cuda, name, value)
 
 
 def _patch_parallel(torch: Any) -> None:
-    ddp_class = torch.nn.parallel.DistributedDataParallel
-    original_init = ddp_class.__init__
-
-    @functools.wraps(original_init)
-    def ddp_init(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, *a: Any, **k: Any) -> None:
-        on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+    def adjust_ddp_init(arguments: dict[str, Any]) -> None:
+        device_ids, output_device = arguments.get("device_ids"), arguments.get("output_device")
+        on_cpu = all(p.device.type == "cpu" for p in arguments["module"].parameters())
         if on_cpu and (device_ids is not None or output_device is not None):
             for device in device_ids or ():
                 map_device(device)
@@ -322,10 +314,7 @@ def _patch_parallel(torch: Any) -> None:
                 f"DistributedDataParallel(device_ids={device_ids!r}): the model is on the CPU "
                 "(emulated GPU), device_ids/output_device are dropped",
             )
-            device_ids = output_device = None
-        original_init(self, module, device_ids, output_device, *a, **k)
-
-    ddp_class.__init__ = ddp_init
+            arguments["device_ids"] = arguments["output_device"] = None
 
     def dp_init(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> None:
         torch.nn.Module.__init__(self)
@@ -336,7 +325,9 @@ def _patch_parallel(torch: Any) -> None:
         self.src_device_obj = torch.device("cpu")
         log_once("data-parallel", "torch.nn.DataParallel runs the module once, on the CPU")
 
-    torch.nn.DataParallel.__init__ = dp_init
+    patches.wrap("cuda-parallel", torch.nn.parallel, "DistributedDataParallel.__init__",
+                 lambda original: patches.rebinding(original, adjust_ddp_init))
+    patches.replace("cuda-parallel", torch.nn, "DataParallel.__init__", dp_init)
 
 
 def patch(torch: Any) -> None:

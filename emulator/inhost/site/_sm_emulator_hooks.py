@@ -2,7 +2,7 @@
 
 Only post-import hooks are registered here: torch is patched when ``import torch`` finishes,
 Lightning's DDP strategies when their modules finish executing, the toolkit's MPI-family
-runners when they do (short sleeps, and no sshd where hosts cannot run one). A process that never imports
+runners when they do (short sleeps, opt-in). A process that never imports
 torch or Lightning imports nothing beyond ``_sm_emulator_importhook``.
 """
 
@@ -11,16 +11,19 @@ from __future__ import annotations
 from types import ModuleType
 
 #: Lightning modules (2.x ``lightning``/``pytorch_lightning``/``lightning_fabric``, and 1.5's
-#: ``plugins.training_type``) whose DDP classes pick CUDA device ids.
+#: ``plugins.training_type``) whose DDP classes pick CUDA device ids: the modules of the
+#: ``lightning-ddp`` entries of ``_sm_emulator_patches`` (not imported here: it is not free, and
+#: most processes never import Lightning; tests/test_patch_registry.py keeps the two equal).
 LIGHTNING_DDP_MODULES = (
     "pytorch_lightning.strategies.ddp",
-    "pytorch_lightning.strategies.ddp_spawn",
     "pytorch_lightning.plugins.training_type.ddp",
     "pytorch_lightning.plugins.training_type.ddp_spawn",
     "lightning.pytorch.strategies.ddp",
     "lightning.fabric.strategies.ddp",
     "lightning_fabric.strategies.ddp",
 )
+#: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
+TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
 
 
 def _on_torch(module: ModuleType) -> None:
@@ -41,12 +44,6 @@ def _on_toolkit_runner(module: ModuleType) -> None:
     _sm_emulator_toolkit.patch(module)
 
 
-def _on_toolkit_no_sshd(module: ModuleType) -> None:
-    import _sm_emulator_nosshd
-
-    _sm_emulator_nosshd.patch(module)
-
-
 def install() -> None:
     """Register the lazy patches."""
     import os
@@ -55,11 +52,8 @@ def install() -> None:
 
     when_imported("torch", _on_torch)
     if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
-        for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
+        for name in TOOLKIT_SLEEP_MODULES:
             when_imported(name, _on_toolkit_runner)
-    if os.environ.get("EMULATOR_NO_SSHD") == "1":  # process backend, not root: see _sm_emulator_nosshd
-        for name in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel"):
-            when_imported(name, _on_toolkit_no_sshd)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)
 

@@ -5,7 +5,10 @@ Everything else Lightning needs comes from the torch patches: ``accelerator="gpu
 work because ``torch.cuda`` reports the emulated GPUs, ``nccl`` runs on gloo, ``smddp`` is the
 stand-in backend. The one Lightning-specific change: DDP classes are told to use no CUDA device
 ids (``determine_ddp_device_ids`` returns None), because with device ids Lightning wraps DDP in a
-``torch.cuda.Stream`` (not emulated) and passes ``device_ids`` for a CPU model.
+``torch.cuda.Stream`` (not emulated) and passes ``device_ids`` for a CPU model. The classes
+and methods patched are the ``lightning-ddp`` entries of the patch registry
+(``_sm_emulator_patches``): Lightning 2.6 (``pytorch_lightning``, ``lightning``, ``lightning_fabric``)
+and 1.5.10 (``DDPPlugin``, ``DDPSpawnPlugin``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,8 @@ import functools
 from types import ModuleType
 from typing import Any
 
+import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
-
-_METHODS = ("determine_ddp_device_ids", "_determine_ddp_device_ids")
 
 
 def _no_device_ids(original: Any) -> Any:
@@ -35,15 +37,12 @@ def _no_device_ids(original: Any) -> Any:
 
 
 def patch_ddp_module(module: ModuleType) -> None:
-    """Patch every class defined in ``module`` that has a DDP device-id method."""
+    """Patch the registered DDP device-id methods of ``module``'s classes (once)."""
     import _sm_emulator_cuda
 
     if _sm_emulator_cuda.gpu_count() == 0:
         return
-    for value in list(vars(module).values()):
-        if not isinstance(value, type) or value.__module__ != module.__name__:
-            continue
-        for name in _METHODS:
-            method = value.__dict__.get(name)
-            if callable(method) and not getattr(method, "_sm_emulator", False):
-                setattr(value, name, _no_device_ids(method))
+    for entry in patches.entries("lightning-ddp", module.__name__):
+        _owner, _name, method = patches.resolve(module, entry.attribute)
+        if not getattr(method, "_sm_emulator", False):
+            patches.wrap("lightning-ddp", module, entry.attribute, _no_device_ids)

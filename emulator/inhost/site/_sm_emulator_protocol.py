@@ -30,26 +30,25 @@ ENV_SHORT_TOOLKIT_SLEEPS = "EMULATOR_SHORT_TOOLKIT_SLEEPS"
 ENV_FAST_START = "EMULATOR_FAST_START"
 #: Modules the fast-start interpreter imports ahead (comma separated).
 ENV_FAST_START_PRELOAD = "EMULATOR_FAST_START_PRELOAD"
-#: "1": the host cannot run sshd (process backend, not root); MPI goes through the agent socket.
-ENV_NO_SSHD = "EMULATOR_NO_SSHD"
-#: Path of the namespace agent's socket inside a no-sshd host.
-ENV_AGENT_SOCKET = "EMULATOR_AGENT_SOCKET"
 #: "1": the smdistributed stand-in turns inferred limits into errors (default: warnings).
 ENV_SMDDP_STRICT = "EMULATOR_SMDDP_STRICT"
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
-                      ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_NO_SSHD,
-                      ENV_AGENT_SOCKET, ENV_SMDDP_STRICT)
+                      ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (``bin/``, ``site/``) is mounted in docker containers.
 DOCKER_INHOST_ROOT = "/opt/sm-emulator/inhost"
 #: Where ranks write diagnostics records (value of ``EMULATOR_DIAG_DIR`` in every host).
 DIAG_DIR = "/tmp/.sm-emulator-diagnostics"
-#: No-sshd mode: the agent's socket folder inside a host (a host-private tmpfs) and the socket.
-AGENT_SOCKET_DIR = "/dev/shm/.sm-emulator"
-AGENT_SOCKET = f"{AGENT_SOCKET_DIR}/agent.sock"
+#: Where the SageMaker toolkit starts ``sshd`` (by absolute path); in hosts that cannot run
+#: OpenSSH's, the process backend mounts the stand-in (``site/_sm_emulator_sshd.py``) here.
+SSHD = "/usr/sbin/sshd"
+#: The per-job ssh folder mounted in every host, its ``sshd_config`` and the port sshd listens on.
+SSH_DIR = "/etc/ssh"
+SSHD_CONFIG = f"{SSH_DIR}/sshd_config"
+SSH_PORT = 22
 #: SageMaker's container paths.
 OPT_ML = "/opt/ml"
 CODE_DIR = "/opt/ml/code"

@@ -10,26 +10,30 @@ default; never use it for comparisons with real jobs. The job records it under
 from __future__ import annotations
 
 import sys
-import time as _time
 from types import ModuleType
+from typing import Any
+
+import _sm_emulator_patches as patches
 
 CAP_SECONDS = 1.0
-MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
 
 
 class _ShortSleepTime:
     """``time`` as the toolkit module sees it, with ``sleep`` capped."""
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(_time, name)
+    def __init__(self, original: Any) -> None:
+        self._original = original
 
-    @staticmethod
-    def sleep(seconds: float) -> None:
-        _time.sleep(min(seconds, CAP_SECONDS))
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._original, name)
+
+    def sleep(self, seconds: float) -> None:
+        self._original.sleep(min(seconds, CAP_SECONDS))
 
 
 def patch(module: ModuleType) -> None:
-    if getattr(module, "time", None) is _time:
-        module.time = _ShortSleepTime()  # type: ignore[attr-defined]
+    if isinstance(getattr(module, "time", None), _ShortSleepTime):
+        return
+    if patches.wrap("short-sleeps", module, "time", _ShortSleepTime):
         print(f"[emulator] {module.__name__}: toolkit sleeps capped at {CAP_SECONDS:g} s "
               "(--short-toolkit-sleeps, a deviation from SageMaker)", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import _sm_emulator_cuda
 import _sm_emulator_diag
+import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
 
 
@@ -43,59 +44,48 @@ def _patch_distributed(torch: Any) -> None:
     dist._sm_emulator_patched = True
     c10d = dist.distributed_c10d
     emulate_gpus = _sm_emulator_cuda.gpu_count() > 0
-    original_init = c10d.init_process_group
 
-    @functools.wraps(original_init)
-    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        requested = backend
+    def adjust_init(arguments: dict[str, Any]) -> Any:
+        requested = arguments.get("backend")
         if emulate_gpus:
-            backend = translate_backend(backend)
+            backend = translate_backend(requested)
             if backend != requested:
-                log_once(
-                    "backend",
-                    f"process group backend {requested!r} runs on gloo (GPUs are emulated)",
-                )
-            device_id = kwargs.get("device_id")
+                arguments["backend"] = backend
+                log_once("backend", f"process group backend {requested!r} runs on gloo (GPUs are emulated)")
+            device_id = arguments.get("device_id")
             if device_id is not None and _sm_emulator_cuda.map_device(device_id) == "cpu":
-                kwargs.pop("device_id")
+                arguments["device_id"] = None
         if str(requested).lower() == "smddp" and "SMDDP" not in dist.Backend._plugins:
             log_once(
                 "smddp-missing",
                 "backend 'smddp' is registered by `import "
                 "smdistributed.dataparallel.torch.torch_smddp` (as on SageMaker)",
             )
-        result = original_init(backend, *args, **kwargs)
-        _sm_emulator_diag.record_process_group(dist, requested)
-        return result
+        return lambda _result: _sm_emulator_diag.record_process_group(dist, requested)
 
-    c10d.init_process_group = init_process_group
-    dist.init_process_group = init_process_group
-
-    original_barrier = c10d.barrier
-
-    @functools.wraps(original_barrier)
-    def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Any:
-        if device_ids is not None and emulate_gpus and c10d.get_backend(group) == "gloo":
+    def adjust_barrier(arguments: dict[str, Any]) -> None:
+        device_ids = arguments.get("device_ids")
+        if device_ids is not None and emulate_gpus and c10d.get_backend(arguments.get("group")) == "gloo":
             log_once("barrier", f"barrier(device_ids={device_ids!r}) on gloo: device_ids dropped")
-            device_ids = None
-        return original_barrier(group=group, async_op=async_op, device_ids=device_ids)
+            arguments["device_ids"] = None
 
-    c10d.barrier = barrier
-    dist.barrier = barrier
+    patches.wrap("gloo-backend", c10d, "init_process_group", lambda original: patches.rebinding(original, adjust_init))
+    patches.wrap("gloo-backend", c10d, "barrier", lambda original: patches.rebinding(original, adjust_barrier))
 
 
 def _patch_sampler(torch: Any) -> None:
     if not _sm_emulator_diag.enabled():
         return
-    sampler_class = torch.utils.data.distributed.DistributedSampler
-    original_init = sampler_class.__init__
 
-    @functools.wraps(original_init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        _sm_emulator_diag.record_sampler(self, torch.distributed)
+    def make_init(original_init: Any) -> Any:
+        @functools.wraps(original_init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            _sm_emulator_diag.record_sampler(self, torch.distributed)
 
-    sampler_class.__init__ = __init__
+        return __init__
+
+    patches.wrap("diagnostics", torch.utils.data.distributed, "DistributedSampler.__init__", make_init)
 
 
 def patch_torch(torch: ModuleType) -> None:

@@ -30,6 +30,7 @@ import inspect
 import os
 from typing import Any
 
+import _sm_emulator_patches as patches
 import torch.distributed as dist
 from _sm_emulator_log import log as _log
 from torch.distributed import distributed_c10d as c10d
@@ -130,7 +131,7 @@ def _check_subgroup(name: str, function: Any) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if is_smddp(None):
             raise RuntimeError(SUBGROUP_ERROR)
-        backend = kwargs.get("backend")
+        backend = _bind(function, args, kwargs).get("backend")
         if backend is not None and NAME in str(backend).lower() and dist.is_initialized():
             raise RuntimeError(MIXING_ERROR.format(what=f"{name}(backend={backend!r})"))
         return function(*args, **kwargs)
@@ -150,14 +151,14 @@ def _check_init(function: Any) -> Any:
 
 
 def _install(name: str, wrap: Any) -> None:
-    original = getattr(c10d, name, None)
-    if original is None:
-        return
-    ORIGINALS[name] = original
-    wrapped = wrap(original)
-    setattr(c10d, name, wrapped)
-    if getattr(dist, name, None) is original:
-        setattr(dist, name, wrapped)
+    """Wrap ``c10d.name`` (and ``torch.distributed.name``) through the patch registry, whose
+    ``smddp-limits`` entries are critical: a missing or changed target stops the process."""
+
+    def make(original: Any) -> Any:
+        ORIGINALS[name] = original
+        return wrap(original)
+
+    patches.wrap("smddp-limits", c10d, name, make)
 
 
 def register() -> None:
