@@ -1,7 +1,8 @@
-"""Sessions: tests (default), emulate, lint, image, bench. Each installs, then calls commands."""
+"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench. Each installs, then calls commands."""
 
 from __future__ import annotations
 
+import glob
 import sys
 
 import nox
@@ -11,6 +12,11 @@ nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
 EXTRAS = ".[torch,docker,sdk,test,examples]"
+#: SageMaker Python SDK v3 (ModelTrainer) replaces v2 in its own environment: both install `sagemaker`.
+CONSTRAINTS_SDK3 = ("-c", "constraints-sdk3.txt")
+EXTRAS_SDK3 = ".[torch,docker,sdk3,test,examples]"
+#: The tests that need SDK v3 (the v2 session skips them: its `sagemaker` is 2.x).
+SDK3_TESTS = "tests/test_sdk3*.py"
 
 
 def _install(session: nox.Session, *extra: str) -> None:
@@ -18,11 +24,23 @@ def _install(session: nox.Session, *extra: str) -> None:
     session.install(*CONSTRAINTS, "-e", EXTRAS, *extra)
 
 
+def _install_sdk3(session: nox.Session, *extra: str) -> None:
+    session.install(*CONSTRAINTS_SDK3, "torch==2.13.0")
+    session.install(*CONSTRAINTS_SDK3, "-e", EXTRAS_SDK3, *extra)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (process backend, docker backend where an engine runs)."""
     _install(session)
     session.run("python", "-m", "pytest", *(session.posargs or ["-n", "2", "-q", "-ra"]))
+
+
+@nox.session
+def tests_sdk3(session: nox.Session) -> None:
+    """Run the SageMaker SDK v3 (ModelTrainer) tests in an environment with sagemaker 3.x."""
+    _install_sdk3(session)
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q", "-ra", *sorted(glob.glob(SDK3_TESTS))]))
 
 
 @nox.session

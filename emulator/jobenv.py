@@ -47,16 +47,27 @@ def _create(venv: Path) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "_sagemaker_emulator_user_site.pth").write_text("\n".join(_user_site_paths()) + "\n")
+    # --- sdk3 prototype (lead: fold into the rewrite): as in a DLC, `pip` and `torchrun` next to
+    # `python3` run this interpreter (SDK v3's sm_train.sh needs `command -v pip`; its drivers run
+    # `torchrun` from PATH, whose ranks must see what the requirements installed).
+    for name, module in (("pip", "pip"), ("pip3", "pip"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{python}\nimport runpy, sys\nsys.argv[0] = {name!r}\n"
+                          f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+        script.chmod(0o755)
+    # --- end sdk3 prototype
     return python
 
 
-def prepare(source_dir: Path, scratch: Path, log: Path) -> tuple[str, bool]:
+def prepare(source_dir: Path, scratch: Path, log: Path, requirements: Path | None = None) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
     Without a ``requirements.txt``: this interpreter, nothing to do. With one: the cached job
     environment's interpreter, installing the requirements first if needed (output to ``log``).
     """
     req = source_dir / "requirements.txt" if source_dir.is_dir() else None
+    if requirements is not None:  # --- sdk3 prototype: SDK v3's SourceCode.requirements (code channel)
+        req, source_dir = requirements, requirements.parent
     if req is None or not req.is_file():
         return sys.executable, True
     key = hashlib.sha256(req.read_bytes() + sys.prefix.encode() + sys.version.encode()).hexdigest()[:16]

@@ -50,7 +50,14 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> list[Mount]:
         safe_extract(source, code)
     else:
         shutil.copytree(source, code, dirs_exist_ok=True, ignore=_ignore_for(request.output_path))
-    mounts = [Mount(c.path, f"/opt/ml/input/data/{c.name}", read_only=True) for c in request.channels]
+    # --- sdk3 prototype (lead: fold into the rewrite): channels marked `copy` (SDK v3's code and
+    # sm_drivers) are copied into the tree, writable, as SageMaker downloads File-mode channels.
+    for c in request.channels:
+        if c.copy:
+            shutil.copytree(c.path, root / "input" / "data" / c.name, dirs_exist_ok=True)
+    mounts = [Mount(c.path, f"/opt/ml/input/data/{c.name}", read_only=True) for c in request.channels
+              if not c.copy]
+    # --- end sdk3 prototype
     local = request.checkpoint_local_path.rstrip("/")
     if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
         target = root / local[len("/opt/ml/"):] if local.startswith("/opt/ml/") else None

@@ -157,7 +157,11 @@ def build(request: JobRequest, *, base_env: Mapping[str, str], inhost_root: str,
         env["EMULATOR_GPU_MODEL"] = group.type.gpu_model
         plans.append(HostPlan(
             name=host, address=address, group=group.name, instance_type=group.instance_type,
-            gpus=gpus, files=files, dirs=dirs, env=env, command=list(train_command),
+            gpus=gpus, files=files, dirs=dirs, env=env,
+            # --- sdk3 prototype (lead: fold into the rewrite): the request's container command
+            # (ContainerEntrypoint + ContainerArguments, SDK v3) is PID 1, else the image's train.
+            command=list(request.container_command or train_command),
+            # --- end sdk3 prototype
             sm_env=tk.sm_env(rc, request.hyperparameters, input_config, num_gpus=gpus,
                              num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"]),
             launcher=tk.launcher_command(runner, rc, request.hyperparameters, num_gpus=gpus,

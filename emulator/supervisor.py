@@ -136,7 +136,8 @@ class _JobRun:
         if number > 0:
             self.clock.enter("Starting")
             shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
-        python, _ready = jobenv.prepare(request.source_dir, self.job_dir / "hosts", self.logs / "jobenv.log")
+        python, _ready = jobenv.prepare(request.source_dir, self.job_dir / "hosts", self.logs / "jobenv.log",
+                                        requirements=request.requirements_file)  # sdk3 prototype: kwarg
         job_plan = plan_for(request, be, python=python if be.name == "process" else None, diag_dir=DIAG_TARGET)
         self.clock.enter("Downloading")
         trees = materialise.write_all(job_plan, self.job_dir)
