@@ -324,6 +324,18 @@ def container_command_field(value: Any, field_name: str) -> tuple[str, ...] | No
     return tuple(value)
 
 
+def container_command(entrypoint: Any, arguments: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """Check ``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments`` together; return
+    them as tuples (None when absent)."""
+    entry = container_command_field(entrypoint, "AlgorithmSpecification.ContainerEntrypoint")
+    args = container_command_field(arguments, "AlgorithmSpecification.ContainerArguments")
+    if args is not None and entry is None:
+        raise RequestError("AlgorithmSpecification.ContainerArguments", "given without ContainerEntrypoint; "
+                           "the emulator runs the toolkit's train, which takes no arguments",
+                           allowed="ContainerEntrypoint with it, or neither")
+    return entry, args
+
+
 def _check_count(count: Any, field_name: str) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_HOSTS:
         raise RequestError(field_name, f"must be a whole number of hosts from 1 to {MAX_HOSTS}, got {count!r}",
@@ -376,12 +388,7 @@ def validate(request: JobRequest) -> None:
             if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= itype.gpus:
                 raise RequestError("gpus_per_host", f"{gpus!r} GPUs per host on {itype.name}",
                                    allowed=f"1..{itype.gpus}")
-    container_command_field(request.container_entrypoint, "AlgorithmSpecification.ContainerEntrypoint")
-    container_command_field(request.container_arguments, "AlgorithmSpecification.ContainerArguments")
-    if request.container_arguments is not None and request.container_entrypoint is None:
-        raise RequestError("AlgorithmSpecification.ContainerArguments", "given without ContainerEntrypoint; "
-                           "the emulator runs the toolkit's train, which takes no arguments",
-                           allowed="ContainerEntrypoint with it, or neither")
+    container_command(request.container_entrypoint, request.container_arguments)
     if not request.source_dir.is_dir():
         raise RequestError("source_dir", f"{request.source_dir} is not an existing folder")
     entry = request.entry_point

@@ -32,6 +32,7 @@ Ignored (accepted, not emulated): ``RoleArn``, ``VpcConfig``, ``EnableNetworkIso
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -49,7 +50,7 @@ from ..request import (
     Channel,
     InstanceGroup,
     JobRequest,
-    container_command_field,
+    container_command,
     validate,
 )
 from .s3 import S3Store
@@ -174,9 +175,19 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
                              forward_aws_credentials: bool = False) -> Translated:
     """Translate a CreateTrainingJob request dict and validate the result."""
     temp: list[Path] = []
+    try:
+        return _translate(create, store=store, region=region, gpus_per_host=gpus_per_host,
+                          forward_aws_credentials=forward_aws_credentials, temp=temp)
+    except BaseException:  # refused: leave nothing behind
+        for d in temp:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+
+
+def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str, gpus_per_host: int | None,
+               forward_aws_credentials: bool, temp: list[Path]) -> Translated:
     algo = create.get("AlgorithmSpecification") or {}
-    entrypoint = container_command_field(algo.get("ContainerEntrypoint"), "AlgorithmSpecification.ContainerEntrypoint")
-    arguments = container_command_field(algo.get("ContainerArguments"), "AlgorithmSpecification.ContainerArguments")
+    entrypoint, arguments = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
     hps = dict(create.get("HyperParameters") or {})
     v3 = entrypoint is not None and "sagemaker_program" not in hps
     if v3:  # no source dir: the code arrives as the `code` channel; /opt/ml/code stays empty
