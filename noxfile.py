@@ -1,4 +1,4 @@
-"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench. Each installs, then calls commands."""
+"""Sessions: tests (default), tests_sdk3, emulate, lint, image, bench. Each installs, then calls commands."""
 
 from __future__ import annotations
 

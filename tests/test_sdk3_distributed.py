@@ -58,7 +58,13 @@ print("REPORT " + json.dumps({"rank": rank, "world": world, "local": local, "hos
 if world > 1:
     dist.destroy_process_group()
 """
-_REPORT = re.compile(r"REPORT (\{.*\})")
+_REPORT = re.compile(r"REPORT (?=\{)")
+
+
+def reports_in(text: str, marker: re.Pattern[str] = _REPORT) -> list[dict[str, Any]]:
+    """Every JSON report after ``marker`` (ranks' lines may share a line when they print at once)."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(text, m.end())[0] for m in marker.finditer(text)]
 
 
 def _wheel(folder: Path) -> str:
@@ -119,7 +125,7 @@ def _run(project: Path, session: Any, *, distributed: Any = None, src: str = "sr
     assert job.result.status == "Completed", job.result.failure_reason
     reports = []
     for host in job.result.hosts:
-        reports += [json.loads(m.group(1)) for m in _REPORT.finditer(host.log.read_text())]
+        reports += reports_in(host.log.read_text())
     return job.result, sorted(reports, key=lambda r: (r["rank"], r["host"]))
 
 
@@ -161,13 +167,13 @@ def test_mpi_default_flags_the_rank_count_quirk(project: Path, session: Any) -> 
 
 
 def test_no_distributed_config_runs_the_script_once_per_host(project: Path, session: Any) -> None:
-    result, reports = _run(project, session)
+    _, reports = _run(project, session)
     assert _layout(reports) == [(0, "algo-1", 0), (0, "algo-2", 0)]
     assert all(r["world"] == 1 and r["argv"] == ["--epochs", "1", "--note", "two words"] for r in reports)
 
 
 def test_source_code_command(project: Path, session: Any) -> None:
-    result, reports = _run(project, session, command="python3 report.py --mode 'from command'")
+    _, reports = _run(project, session, command="python3 report.py --mode 'from command'")
     assert [r["host"] for r in reports] == ["algo-1", "algo-2"]
     assert all(r["argv"] == ["--mode", "from command"] for r in reports)  # hyperparameters only in SM_HPS
     assert all(r["hps"] == {"epochs": 1, "note": "two words"} for r in reports)

@@ -84,7 +84,8 @@ def test_an_unchanged_v3_launcher_runs_its_two_host_torchrun_job(tmp_path: Path)
     (uri,) = re.findall(r"^MODEL (s3://\S+)$", done.stdout, re.MULTILINE)
     bucket, key = uri[5:].split("/", 1)
     assert (tmp_path / "s3" / bucket / key).is_file()  # readable under the emulator's S3 folder
-    ranks = sorted((json.loads(m) for m in re.findall(r"^\[algo-\d\]\s+RANK (\{.*\})$", done.stdout, re.MULTILINE)),
+    decoder = json.JSONDecoder()  # ranks' lines may share a line when they print at once
+    ranks = sorted((decoder.raw_decode(done.stdout, m.end())[0] for m in re.finditer(r"RANK (?=\{)", done.stdout)),
                    key=lambda r: r["rank"])
     assert [(r["rank"], r["host"], r["local_rank"]) for r in ranks] == [
         (0, "algo-1", 0), (1, "algo-1", 1), (2, "algo-2", 0), (3, "algo-2", 1)]
