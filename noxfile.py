@@ -1,4 +1,4 @@
-"""Sessions: tests (default), tests_sdk3, emulate, lint, image, bench. Each installs, then calls commands."""
+"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench; each installs, then runs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ CONSTRAINTS_SDK3 = ("-c", "constraints-sdk3.txt")
 EXTRAS_SDK3 = ".[torch,docker,sdk3,test,examples]"
 #: The tests that need SDK v3 (the v2 session skips them: its `sagemaker` is 2.x).
 SDK3_TESTS = "tests/test_sdk3*.py"
+#: The SDK v3 example launchers (run unchanged through `python -m emulator launch`).
+SDK3_EXAMPLES = (("examples/torch_ddp/launch_v3.py", "--distributed", "torchrun"),
+                 ("examples/torch_ddp/launch_v3.py", "--distributed", "mpi"),
+                 ("examples/mnist_lightning/launch_v3.py",))
 
 
 def _install(session: nox.Session, *extra: str) -> None:
@@ -48,6 +52,15 @@ def emulate(session: nox.Session) -> None:
     """Run the example scenarios on 2 emulated hosts x 2 GPUs and print the table."""
     _install(session)
     session.run("python", "-m", "examples.run_matrix", *session.posargs)
+
+
+@nox.session(default=False)
+def emulate_sdk3(session: nox.Session) -> None:
+    """Run the SDK v3 example launchers on 2 emulated hosts x 2 GPUs (python -m emulator launch)."""
+    _install_sdk3(session)
+    for launcher in SDK3_EXAMPLES:
+        session.run("python", "-m", "emulator", "launch", *launcher, *session.posargs,
+                    env={"SAGEMAKER_EMULATOR_GPUS_PER_HOST": "2"})
 
 
 @nox.session

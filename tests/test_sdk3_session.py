@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 import pytest
 
 from emulator.sdk.versions import installed_major
+
+from .sdk3_support import emulator_session
 
 if installed_major() != 3:
     pytest.skip("needs SageMaker Python SDK v3 (nox -s tests_sdk3)", allow_module_level=True)
@@ -49,17 +50,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def session(project: Path) -> Iterator[Any]:
-    saved = os.environ.get("AWS_DEFAULT_REGION")
-    os.environ["AWS_DEFAULT_REGION"] = "us-west-2"  # the SDK's CloudWatch Logs client needs a region
-    from emulator.sdk.v3 import EmulatorSession
-
-    sess = EmulatorSession(s3_root=project / "s3")
-    yield sess
-    sess.close()
-    if saved is None:
-        os.environ.pop("AWS_DEFAULT_REGION", None)
-    else:
-        os.environ["AWS_DEFAULT_REGION"] = saved
+    with emulator_session(project / "s3") as sess:
+        yield sess
 
 
 def _trainer(project: Path, session: Any, **overrides: Any) -> Any:

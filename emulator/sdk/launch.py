@@ -25,7 +25,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -66,20 +66,49 @@ def _session_factory(original: type) -> type:
     return LaunchSession
 
 
+def import_all(names: Sequence[str]) -> None:
+    """Import the SDK modules that bind names at import, so patching reaches their bindings."""
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+@contextmanager
+def patched_sdk(replace: Callable[[str, Any], Any], *, skip: Sequence[Any] = ()) -> Iterator[None]:
+    """Within the block, every attribute of every loaded ``sagemaker.*`` module (but ``skip``) for
+    which ``replace(attr, value)`` returns something else is that; the default S3 store is open and
+    flushed to its folder at the end."""
+    from .s3 import default_store
+
+    saved: list[tuple[Any, str, Any]] = []
+    for name, module in list(sys.modules.items()):
+        if module is None or module in skip or not (name == "sagemaker" or name.startswith("sagemaker.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            new = replace(attr, value)
+            if new is not value:
+                saved.append((module, attr, value))
+                setattr(module, attr, new)
+    store = default_store()
+    try:
+        yield
+    finally:
+        for module, attr, value in saved:
+            setattr(module, attr, value)
+        store.flush()
+
+
 @contextmanager
 def redirected() -> Iterator[None]:
     """Patch SageMaker SDK v2 in this process so the launcher talks to the emulator."""
-    import importlib
-
-    import sagemaker
     import sagemaker.session
 
-    for mod in ("sagemaker.estimator", "sagemaker.pytorch", "sagemaker.pytorch.estimator",
-                "sagemaker.fw_utils", "sagemaker.s3", "sagemaker.inputs"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass
+    import_all(("sagemaker.estimator", "sagemaker.pytorch", "sagemaker.pytorch.estimator",
+                "sagemaker.fw_utils", "sagemaker.s3", "sagemaker.inputs"))
     from . import session as emu_session
 
     original = sagemaker.session.Session
@@ -88,26 +117,15 @@ def redirected() -> Iterator[None]:
     def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
         return emu_session.EMULATOR_ROLE
 
-    saved: list[tuple[Any, str, Any]] = []
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == "sagemaker" or name.startswith("sagemaker.")):
-            continue
-        for attr, value in list(vars(module).items()):
-            if value is original and module is not emu_session:
-                saved.append((module, attr, value))
-                setattr(module, attr, patched)
-            elif attr == "get_execution_role" and callable(value):
-                saved.append((module, attr, value))
-                setattr(module, attr, get_execution_role)
-    from .s3 import default_store
+    def replace(attr: str, value: Any) -> Any:
+        if value is original:
+            return patched
+        if attr == "get_execution_role" and callable(value):
+            return get_execution_role
+        return value
 
-    store = default_store()
-    try:
+    with patched_sdk(replace, skip=(emu_session,)):
         yield
-    finally:
-        for module, attr, value in saved:
-            setattr(module, attr, value)
-        store.flush()
 
 
 def launch(script: str, args: Sequence[str]) -> int:

@@ -16,15 +16,13 @@ Jobs run on ``SAGEMAKER_EMULATOR_BACKEND`` with ``SAGEMAKER_EMULATOR_GPUS_PER_HO
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ...request import DEFAULT_REGION
-from ..launch import emulator_options
+from ..launch import emulator_options, import_all, patched_sdk
 
 #: Modules that bind ``Session`` at import (imported first so their binding is patched too).
 BINDERS = ("sagemaker.train", "sagemaker.train.model_trainer", "sagemaker.train.defaults",
@@ -61,32 +59,16 @@ def redirected() -> Iterator[None]:
     set_region = boto3.session.Session().region_name is None and "AWS_DEFAULT_REGION" not in os.environ
     if set_region:
         os.environ["AWS_DEFAULT_REGION"] = DEFAULT_REGION
-    for name in BINDERS:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
+    import_all(BINDERS)
     from sagemaker.core.helper import session_helper
 
-    from ..s3 import default_store
     from . import session as emu_session
 
     original = session_helper.Session
     patched = _session_class()
-    saved: list[tuple[Any, str, Any]] = []
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == "sagemaker" or name.startswith("sagemaker.")):
-            continue
-        for attr, value in list(vars(module).items()):
-            if value is original and module is not emu_session:
-                saved.append((module, attr, value))
-                setattr(module, attr, patched)
-    store = default_store()
     try:
-        yield
+        with patched_sdk(lambda _, value: patched if value is original else value, skip=(emu_session,)):
+            yield
     finally:
-        for module, attr, value in saved:
-            setattr(module, attr, value)
-        store.flush()
         if set_region:
             os.environ.pop("AWS_DEFAULT_REGION", None)
