@@ -76,6 +76,7 @@ def test_an_unchanged_v3_launcher_runs_its_two_host_torchrun_job(tmp_path: Path)
     (tmp_path / "src" / "train.py").write_text(TRAIN)
     (tmp_path / "data" / "shards").mkdir(parents=True)
     (tmp_path / "data" / "index.json").write_text("{}")
+    (tmp_path / "data" / "shards" / "part-0").write_text("x")  # S3 keeps no empty folders
     (tmp_path / "launch.py").write_text(LAUNCHER)
     done = subprocess.run([sys.executable, "-m", "emulator", "launch", str(tmp_path / "launch.py"), str(tmp_path)],
                           env=_env(tmp_path / "s3"), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT,
