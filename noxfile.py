@@ -1,7 +1,8 @@
-"""Sessions: tests (default), emulate, lint, image, bench. Each installs, then calls commands."""
+"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench; each installs, then runs."""
 
 from __future__ import annotations
 
+import glob
 import sys
 
 import nox
@@ -11,11 +12,25 @@ nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
 EXTRAS = ".[torch,docker,sdk,test,examples]"
+#: SageMaker Python SDK v3 (ModelTrainer) replaces v2 in its own environment: both install `sagemaker`.
+CONSTRAINTS_SDK3 = ("-c", "constraints-sdk3.txt")
+EXTRAS_SDK3 = ".[torch,docker,sdk3,test,examples]"
+#: The tests that need SDK v3 (the v2 session skips them: its `sagemaker` is 2.x).
+SDK3_TESTS = "tests/test_sdk3*.py"
+#: The SDK v3 example launchers (run unchanged through `python -m emulator launch`).
+SDK3_EXAMPLES = (("examples/torch_ddp/launch_v3.py", "--distributed", "torchrun"),
+                 ("examples/torch_ddp/launch_v3.py", "--distributed", "mpi"),
+                 ("examples/mnist_lightning/launch_v3.py",))
 
 
 def _install(session: nox.Session, *extra: str) -> None:
     session.install(*CONSTRAINTS, "torch==2.13.0")
     session.install(*CONSTRAINTS, "-e", EXTRAS, *extra)
+
+
+def _install_sdk3(session: nox.Session, *extra: str) -> None:
+    session.install(*CONSTRAINTS_SDK3, "torch==2.13.0")
+    session.install(*CONSTRAINTS_SDK3, "-e", EXTRAS_SDK3, *extra)
 
 
 @nox.session
@@ -26,10 +41,26 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def tests_sdk3(session: nox.Session) -> None:
+    """Run the SageMaker SDK v3 (ModelTrainer) tests in an environment with sagemaker 3.x."""
+    _install_sdk3(session)
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q", "-ra", *sorted(glob.glob(SDK3_TESTS))]))
+
+
+@nox.session
 def emulate(session: nox.Session) -> None:
     """Run the example scenarios on 2 emulated hosts x 2 GPUs and print the table."""
     _install(session)
     session.run("python", "-m", "examples.run_matrix", *session.posargs)
+
+
+@nox.session(default=False)
+def emulate_sdk3(session: nox.Session) -> None:
+    """Run the SDK v3 example launchers on 2 emulated hosts x 2 GPUs (python -m emulator launch)."""
+    _install_sdk3(session)
+    for launcher in SDK3_EXAMPLES:
+        session.run("python", "-m", "emulator", "launch", *launcher, *session.posargs,
+                    env={"SAGEMAKER_EMULATOR_GPUS_PER_HOST": "2"})
 
 
 @nox.session

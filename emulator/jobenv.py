@@ -42,26 +42,42 @@ def _create(venv: Path) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "_sagemaker_emulator_user_site.pth").write_text("\n".join(_user_site_paths()) + "\n")
+    # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
+    # sm_train.sh needs `command -v pip`; its drivers run `torchrun` from PATH, whose ranks must
+    # see what the requirements installed).
+    for name, module in (("pip", "pip"), ("pip3", "pip"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{python}\nimport runpy, sys\nsys.argv[0] = {name!r}\n"
+                          f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+        script.chmod(0o755)
     return python
 
 
-def _requirements(source_dir: Path) -> Path | None:
-    req = source_dir / "requirements.txt" if source_dir.is_dir() else None
+#: Changes when what a job environment holds changes (so older cached ones are not reused).
+LAYOUT = b"2"
+
+
+def _requirements(source_dir: Path, requirements: Path | None) -> Path | None:
+    """``requirements`` if given (SDK v3's ``SourceCode.requirements``), else the toolkit's
+    ``<source_dir>/requirements.txt``; None when there is none."""
+    req = requirements if requirements is not None else (
+        source_dir / "requirements.txt" if source_dir.is_dir() else None)
     return req if req is not None and req.is_file() else None
 
 
 def _key(req: Path) -> str:
-    return hashlib.sha256(req.read_bytes() + sys.prefix.encode() + sys.version.encode()).hexdigest()[:16]
+    data = LAYOUT + req.read_bytes() + sys.prefix.encode() + sys.version.encode()
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
-def interpreter(source_dir: Path) -> str:
+def interpreter(source_dir: Path, requirements: Path | None = None) -> str:
     """The interpreter a job whose source is ``source_dir`` runs with (reads only): this one, or
-    the cached job environment's when there is a ``requirements.txt``."""
-    req = _requirements(source_dir)
+    the cached job environment's when there is a requirements file."""
+    req = _requirements(source_dir, requirements)
     return sys.executable if req is None else str(CACHE / _key(req) / "bin" / "python")
 
 
-def prepare(source_dir: Path, scratch: Path, log: Path, *,
+def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | None = None,
             env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
@@ -70,9 +86,10 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *,
     (output to ``log``; pip runs with ``env``: the supervisor passes the hosts' environment, so
     nothing of the caller's reaches it; default: this process's).
     """
-    req = _requirements(source_dir)
+    req = _requirements(source_dir, requirements)
     if req is None:
         return sys.executable, True
+    source_dir = req.parent
     key = _key(req)
     CACHE.mkdir(parents=True, exist_ok=True)
     venv = CACHE / key
@@ -85,7 +102,8 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *,
         with open(log, "ab") as out:
             done = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
                                    "-r", str(req)], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False, env=None if env is None else dict(env))
+                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False,
+                                  env=None if env is None else dict(env))
         if done.returncode == 0:
             (venv / ".ready").touch()
             return str(python), True

@@ -38,10 +38,11 @@ def _ignore_for(output_path: Path) -> Callable[[str, list[str]], set[str]]:
 
 def host_mounts(plan: JobPlan, host: str) -> tuple[Mount, ...]:
     """What a host mounts from this machine: its tree at ``/opt/ml``, then each channel read-only
-    at ``/opt/ml/input/data/<channel>``. Pure."""
+    at ``/opt/ml/input/data/<channel>`` (except channels copied into the tree). Pure."""
     request = plan.request
     tree = Mount(host_root(request.job_dir, host), P.OPT_ML)
-    return (tree, *(Mount(c.path, f"{P.OPT_ML}/input/data/{c.name}", read_only=True) for c in request.channels))
+    return (tree, *(Mount(c.path, f"{P.OPT_ML}/input/data/{c.name}", read_only=True)
+                    for c in request.channels if not c.copy))
 
 
 def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
@@ -59,6 +60,9 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
         safe_extract(source, code)
     else:
         shutil.copytree(source, code, dirs_exist_ok=True, ignore=_ignore_for(request.output_path))
+    for c in request.channels:  # SDK v3's code and sm_drivers: copied, writable, as SageMaker downloads them
+        if c.copy:
+            shutil.copytree(c.path, root / "input" / "data" / c.name, dirs_exist_ok=True)
     local = request.checkpoint_local_path.rstrip("/")
     if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
         target = root / local[len("/opt/ml/"):] if local.startswith("/opt/ml/") else None

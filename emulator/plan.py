@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import toolkit_model as tk
 from .distribution import Runner, runner_for
@@ -44,6 +44,9 @@ NO_CREDENTIALS_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 CREDENTIAL_NAMES = tk.CREDENTIAL_NAMES
+#: The toolkit's runner, or "container": the request's own container command runs (SDK v3), not
+#: the toolkit, so nothing is predicted.
+PlanRunner = Runner | Literal["container"]
 #: The runners that start ranks with ``mpirun`` over ssh (the hosts need sshd and keys).
 SSH_RUNNERS: frozenset[str] = frozenset({"mpi", "smdataparallel"})
 
@@ -75,7 +78,7 @@ class HostPlan:
 @dataclass(frozen=True)
 class JobPlan:
     request: JobRequest
-    runner: Runner
+    runner: PlanRunner
     runtime: Runtime
     hosts: tuple[HostPlan, ...]
 
@@ -108,9 +111,7 @@ def resource_config(request: JobRequest, host: str) -> dict[str, Any]:
 
 def container_command(request: JobRequest, runtime: Runtime) -> list[str]:
     """``ContainerEntrypoint + ContainerArguments`` when the request has them, else ``train``."""
-    if request.container_entrypoint:
-        return [*request.container_entrypoint, *(request.container_arguments or ())]
-    return list(runtime.train_command)
+    return list(request.container_command or runtime.train_command)
 
 
 def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, str]) -> dict[str, str]:
@@ -142,7 +143,7 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
     (only ``pass_env`` names and, when forwarded, AWS credentials are read from it)."""
     caller = dict(caller_env or {})
     input_config = {c.name: c.config() for c in request.channels}
-    runner = runner_for(request.hyperparameters) if not request.container_entrypoint else "process"
+    runner: PlanRunner = "container" if request.container_command else runner_for(request.hyperparameters)
     common = common_env(request, runtime, caller)
     command = container_command(request, runtime)
     plans = []
@@ -165,14 +166,15 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
         env = dict(common)
         env[P.ENV_GPU_COUNT] = str(gpus)
         env[P.ENV_GPU_MODEL] = group.type.gpu_model
-        toolkit = not request.container_entrypoint
+        toolkit = runner != "container"
+        toolkit_runner: Runner = "process" if runner == "container" else runner
         plans.append(HostPlan(
             name=host, group=group.name, instance_type=group.instance_type, gpus=gpus, files=files,
             dirs=dirs, env=env, command=command,
             sm_env=tk.sm_env(rc, request.hyperparameters, input_config, num_gpus=gpus,
                              num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"])
             if toolkit else {},
-            launcher=tk.launcher_command(runner, rc, request.hyperparameters, num_gpus=gpus,
+            launcher=tk.launcher_command(toolkit_runner, rc, request.hyperparameters, num_gpus=gpus,
                                          python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
                                          gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO)

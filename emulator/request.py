@@ -6,8 +6,13 @@ used by the SDK session). Either way it is validated once, here, before anything
 filesystem or starts a host; every error is a :class:`~emulator.errors.RequestError` that names the
 field and what is allowed.
 
-Hyperparameters are stored as the SDK sends them: a map of string to JSON-encoded string, with the
-``sagemaker_*`` keys included.
+Hyperparameters are stored as the SDK sends them: a map of string to string — JSON-encoded with the
+``sagemaker_*`` keys for SDK v2 estimators, plain strings with no ``sagemaker_*`` keys for SDK v3's
+``ModelTrainer``, written to ``hyperparameters.json`` as given either way.
+
+A request with ``AlgorithmSpecification.ContainerEntrypoint`` (SDK v3 always sends one) needs no
+entry point: the container runs that command instead of the image's ``train``, and the code
+arrives as a channel.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from .errors import RequestError
 from .inhost import protocol as P
 from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup
 
-#: Limits from the CreateTrainingJob API model.
+#: Limits from the CreateTrainingJob API model (botocore ``sagemaker/2017-07-24/service-2.json``).
+#: ``TrainingContainerEntrypoint``/``TrainingContainerArguments``: 1-100 strings of 0-256 characters.
+CONTAINER_COMMAND_ITEMS = (1, 100)
+CONTAINER_COMMAND_ITEM_LENGTH = 256
 JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_RUNTIME_DEFAULT = 86_400
 MAX_RUNTIME_LIMIT = 28 * 86_400
@@ -64,6 +72,10 @@ class Channel:
     content_type: str | None = None
     input_mode: Literal["File"] = "File"
     s3_distribution_type: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
+    #: Copy the files into each host's tree (writable, as SageMaker's download is) instead of the
+    #: read-only mount. SDK v3's ``code`` and ``sm_drivers`` channels need it: its ``sm_train.sh``
+    #: runs ``chmod +x`` in ``sm_drivers`` and may unpack a ``.tar.gz`` in ``code``.
+    copy: bool = False
 
     def config(self) -> dict[str, str]:
         """This channel's entry in ``inputdataconfig.json`` (real-job shape)."""
@@ -105,6 +117,18 @@ class JobRequest:
     #: Names of the caller's environment variables passed into every host (nothing else of the
     #: caller's environment is; see :mod:`emulator.plan`).
     pass_env: tuple[str, ...] = ()
+    #: A requirements file the container installs before training, when it is not the toolkit's
+    #: ``<source_dir>/requirements.txt`` (SDK v3: ``SourceCode.requirements``, inside the ``code``
+    #: channel). The job environment is prepared from it (see :mod:`emulator.jobenv`).
+    requirements_file: Path | None = None
+
+    @property
+    def container_command(self) -> tuple[str, ...] | None:
+        """Each host's container command: ``ContainerEntrypoint + ContainerArguments`` when the
+        request names an entrypoint, else None (the image's ``train``)."""
+        if self.container_entrypoint is None:
+            return None
+        return (*self.container_entrypoint, *(self.container_arguments or ()))
 
     @property
     def hosts(self) -> list[str]:
@@ -157,7 +181,11 @@ class JobRequest:
                                  **({"S3Uri": self.checkpoint_dir.as_uri()} if self.checkpoint_dir else {})},
             "Environment": dict(self.environment),
             "AlgorithmSpecification": {"TrainingImage": self.image_uri or "emulator:process",
-                                       "TrainingInputMode": "File"},
+                                       "TrainingInputMode": "File",
+                                       **({"ContainerEntrypoint": list(self.container_entrypoint)}
+                                          if self.container_entrypoint is not None else {}),
+                                       **({"ContainerArguments": list(self.container_arguments)}
+                                          if self.container_arguments is not None else {})},
         }
 
     def resource_config(self) -> dict[str, Any]:
@@ -289,6 +317,40 @@ def _names(value: Any, field_name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def container_command_field(value: Any, field_name: str) -> tuple[str, ...] | None:
+    """Check ``ContainerEntrypoint``/``ContainerArguments`` as CreateTrainingJob does and return it
+    as a tuple (None when absent). A bare string is refused: the API takes a list of strings."""
+    if value is None:
+        return None
+    low, high = CONTAINER_COMMAND_ITEMS
+    allowed = (f"a list of {low}-{high} strings of at most {CONTAINER_COMMAND_ITEM_LENGTH} characters, "
+               'e.g. ["/bin/bash", "-c", "python train.py"]')
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise RequestError(field_name, f"must be a list of strings, got {type(value).__name__} {value!r}",
+                           allowed=allowed)
+    if not low <= len(value) <= high:
+        raise RequestError(field_name, f"has {len(value)} item(s)", allowed=allowed)
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RequestError(f"{field_name}[{i}]", f"{item!r} is a {type(item).__name__}, not a string",
+                               allowed=allowed)
+        if len(item) > CONTAINER_COMMAND_ITEM_LENGTH:
+            raise RequestError(f"{field_name}[{i}]", f"{len(item)} characters long", allowed=allowed)
+    return tuple(value)
+
+
+def container_command(entrypoint: Any, arguments: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """Check ``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments`` together; return
+    them as tuples (None when absent)."""
+    entry = container_command_field(entrypoint, "AlgorithmSpecification.ContainerEntrypoint")
+    args = container_command_field(arguments, "AlgorithmSpecification.ContainerArguments")
+    if args is not None and entry is None:
+        raise RequestError("AlgorithmSpecification.ContainerArguments", "given without ContainerEntrypoint; "
+                           "the emulator runs the toolkit's train, which takes no arguments",
+                           allowed="ContainerEntrypoint with it, or neither")
+    return entry, args
+
+
 def _check_count(count: Any, field_name: str) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_HOSTS:
         raise RequestError(field_name, f"must be a whole number of hosts from 1 to {MAX_HOSTS}, got {count!r}",
@@ -312,6 +374,19 @@ def _validate_groups(groups: Sequence[InstanceGroup]) -> InstanceType:
     return lookup(groups[0].instance_type)
 
 
+def _validate_entry_point(entry: str, source_dir: Path) -> None:
+    if not entry or entry.startswith("-"):
+        raise RequestError("entry_point", f"{entry!r} is not a file name")
+    ep = (source_dir / entry)
+    try:
+        ep.resolve().relative_to(source_dir.resolve())
+    except ValueError:
+        raise RequestError("entry_point", f"{entry!r} is outside the source dir {source_dir}",
+                           allowed="a path relative to source_dir, inside it") from None
+    if not ep.is_file():
+        raise RequestError("entry_point", f"{entry!r} does not exist in {source_dir}")
+
+
 def validate(request: JobRequest) -> None:
     """Check a request; raise :class:`RequestError` naming the first bad field. Reads only."""
     if not isinstance(request.job_name, str) or not JOB_NAME_RE.match(request.job_name):
@@ -328,19 +403,13 @@ def validate(request: JobRequest) -> None:
             if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= itype.gpus:
                 raise RequestError("gpus_per_host", f"{gpus!r} GPUs per host on {itype.name}",
                                    allowed=f"1..{itype.gpus}")
+    container_command(request.container_entrypoint, request.container_arguments)
     if not request.source_dir.is_dir():
         raise RequestError("source_dir", f"{request.source_dir} is not an existing folder")
     entry = request.entry_point
-    if not entry or entry.startswith("-"):
-        raise RequestError("entry_point", f"{entry!r} is not a file name")
-    ep = (request.source_dir / entry)
-    try:
-        ep.resolve().relative_to(request.source_dir.resolve())
-    except ValueError:
-        raise RequestError("entry_point", f"{entry!r} is outside the source dir {request.source_dir}",
-                           allowed="a path relative to source_dir, inside it") from None
-    if not ep.is_file():
-        raise RequestError("entry_point", f"{entry!r} does not exist in {request.source_dir}")
+    # With a container entrypoint (SDK v3) there may be no entry point: the code is a channel.
+    if entry or request.container_entrypoint is None:
+        _validate_entry_point(entry, request.source_dir)
     hps = request.hyperparameters
     if not isinstance(hps, Mapping):
         raise RequestError("HyperParameters", "must be a JSON object of strings")

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
 IMAGE_SESSION = "nox -s image"
 #: The emulator image's ENTRYPOINT (docker/entrypoint.sh), and what bash adds to the environment
-#: of the command it execs (``PWD`` is added for every image: docker's working dir).
+#: of the command it execs (and ``PWD``).
 ENTRYPOINT = "/usr/local/bin/sm-emulator-entrypoint"
 ENTRYPOINT_ENV = {"SHLVL": "0"}
 INHOST_ROOT = P.DOCKER_INHOST_ROOT
@@ -117,10 +117,10 @@ def owner_labels() -> dict[str, str]:
             LABEL_OWNER_HOST: socket.gethostname()}
 
 
-def _make_keypair(folder: Path) -> tuple[bytes, bytes]:
+def _make_keypair(folder: Path, name: str = KEY_NAME) -> tuple[bytes, bytes]:
     """A fresh RSA keypair for one cluster (``id_rsa``, as in the DLC): (private, public line)."""
     folder.mkdir(parents=True, exist_ok=True)
-    key = folder / KEY_NAME
+    key = folder / name
     for f in (key, key.with_suffix(".pub")):
         f.unlink(missing_ok=True)
     if shutil.which("ssh-keygen"):
@@ -142,8 +142,10 @@ def _make_keypair(folder: Path) -> tuple[bytes, bytes]:
     return priv, pub + b" sagemaker-emulator\n"
 
 
-def _ssh_archive(private: bytes, public: bytes) -> bytes:
-    """A tar of ``root/.ssh`` (owned by root, sshd StrictModes-proof) to extract at ``/``."""
+def _ssh_archive(private: bytes, public: bytes, host_key: tuple[bytes, bytes]) -> bytes:
+    """A tar of ``root/.ssh`` (owned by root, sshd StrictModes-proof) and the cluster's sshd host
+    key in ``etc/ssh`` (so sshd starts whatever runs as the container's entrypoint), to extract at
+    ``/``."""
     ssh_config = b"Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n"
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -155,6 +157,11 @@ def _ssh_archive(private: bytes, public: bytes) -> bytes:
                                  (f"{KEY_NAME}.pub", public, 0o644),
                                  ("config", ssh_config, 0o600)):
             info = tarfile.TarInfo(f"root/.ssh/{name}")
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        for name, data, mode in (("ssh_host_rsa_key", host_key[0], 0o600),
+                                 ("ssh_host_rsa_key.pub", host_key[1], 0o644)):
+            info = tarfile.TarInfo(f"etc/ssh/{name}")
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
@@ -411,9 +418,11 @@ class DockerBackend:
         config = client.images.get(image).attrs.get("Config") or {}
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         entrypoint = tuple(config.get("Entrypoint") or ())
+        if plan.request.container_command:  # ContainerEntrypoint replaces the image's, as on SageMaker
+            entrypoint = ()
         # what the emulator image's ENTRYPOINT (a bash script that execs the command) adds;
         # another image's entrypoint may add variables the spec cannot know
-        added = ENTRYPOINT_ENV if entrypoint == (ENTRYPOINT,) else {}
+        added = {**ENTRYPOINT_ENV, "PWD": P.CODE_DIR} if entrypoint == (ENTRYPOINT,) else {}
         subnet = _free_subnet(client, P.JOB_SUBNET)
         addresses = host_addresses(subnet, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
@@ -423,7 +432,7 @@ class DockerBackend:
         for host in plan.hosts:
             # docker sets HOSTNAME, and HOME for root when the image has none
             env = {**image_env, "HOME": image_env.get("HOME", "/root"), **host.env, "HOSTNAME": host.name,
-                   **added, "PWD": P.CODE_DIR}
+                   **added}
             mounts = (*host_mounts(plan, host.name), inhost, diag,
                       Mount(scratch / host.name / "hosts", "/etc/hosts", read_only=True))
             launches.append(HostLaunch(
@@ -433,7 +442,8 @@ class DockerBackend:
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
                         "sagemaker-emulator.job-name": plan.request.job_name}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
-                          scratch=scratch, options={"shm_size": SHM_SIZE, "user": "0"})
+                          scratch=scratch, options={"shm_size": SHM_SIZE, "user": "0",
+                                                    "entrypoint": "request" if plan.request.container_command else "image"})
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
@@ -452,7 +462,7 @@ class DockerBackend:
         handle = DockerJob(spec.job_id, client, network, self.owner, images, writable)
         try:
             private, public = _make_keypair(spec.scratch / "ssh")
-            keys = _ssh_archive(private, public)
+            keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key"))
             stream_client = _client(timeout=STREAM_TIMEOUT)
             for h in spec.hosts:
                 container = _create_container(client, h, spec, network.name, labels)
@@ -534,8 +544,10 @@ def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: 
     dmount = _sdk(".types").Mount
     mounts = [dmount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in host.mounts]
     endpoint = client.api.create_endpoint_config(aliases=[host.name], ipv4_address=host.address)
+    override = spec.options.get("entrypoint") == "request"
     return client.containers.create(
-        host.image, command=list(host.command), name=container_name(spec.job_id, host.name),
+        host.image, command=[] if override else list(host.command),
+        entrypoint=list(host.command) if override else None, name=container_name(spec.job_id, host.name),
         hostname=host.name, environment=dict(host.env), working_dir=host.workdir or None, mounts=mounts,
         labels={**host.labels, **labels}, network=network, networking_config={network: endpoint},
         shm_size=spec.options.get("shm_size", SHM_SIZE), user=spec.options.get("user", "0"),

@@ -299,12 +299,12 @@ class ProcessBackend:
     def job_python(self, request: JobRequest) -> str | None:
         from .. import jobenv
 
-        return jobenv.interpreter(request.source_dir)
+        return jobenv.interpreter(request.source_dir, request.requirements_file)
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         from .. import jobenv
 
-        return jobenv.prepare(request.source_dir, scratch, log, env=env)[0]
+        return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env)[0]
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts

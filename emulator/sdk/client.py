@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import EmulatorError, RequestError
 from ..result import JobResult, iso
@@ -88,7 +89,10 @@ class EmulatorSageMakerClient:
         self.keep_hosts = keep_hosts
         self.stop_grace = stop_grace
         self.jobs: dict[str, EmulatedJob] = {}
+        #: Called with each job this client starts, right before its thread starts.
         self.on_start: list[Callable[[EmulatedJob], None]] = []
+        #: Called with each job when it has ended, before DescribeTrainingJob reports it ended.
+        self.on_finish: list[Callable[[EmulatedJob], None]] = []
 
     # index of jobs on disk, so attach() works from another process ---------------------------
     def _index(self, name: str) -> Path:
@@ -127,11 +131,11 @@ class EmulatorSageMakerClient:
         index.parent.mkdir(parents=True, exist_ok=True)
         index.write_text(json.dumps({"JobDir": str(request.job_dir), "Created": job.created,
                                      "Request": _jsonable(create)}, indent=1))
+        for hook in self.on_start:
+            hook(job)
         job.thread = threading.Thread(target=self._run, args=(job,), name=f"emulator-job-{name}",
                                       daemon=False)
         job.thread.start()
-        for hook in self.on_start:
-            hook(job)
         return {"TrainingJobArn": self.arn(name)}
 
     def _run(self, job: EmulatedJob) -> None:
@@ -146,6 +150,8 @@ class EmulatorSageMakerClient:
         finally:
             try:
                 self._publish(job)
+                for hook in self.on_finish:
+                    hook(job)
             finally:
                 for d in job.translated.temp_dirs:
                     shutil.rmtree(d, ignore_errors=True)
@@ -172,8 +178,7 @@ class EmulatorSageMakerClient:
             desc = {"TrainingJobName": TrainingJobName, "TrainingJobArn": self.arn(TrainingJobName),
                     "TrainingJobStatus": "Stopping" if job.stop_requested else "InProgress",
                     "SecondaryStatus": "Stopping" if job.stop_requested else "Training",
-                    "CreationTime": iso(job.created), "LastModifiedTime": iso(time.time()),
-                    "ModelArtifacts": {}}
+                    "CreationTime": iso(job.created), "LastModifiedTime": iso(time.time())}
         elif (job.job_dir / "job.json").exists():
             desc = json.loads((job.job_dir / "job.json").read_text())
         else:
@@ -185,9 +190,11 @@ class EmulatorSageMakerClient:
 
     def _in_s3_terms(self, desc: dict[str, Any], create: dict[str, Any], job: EmulatedJob) -> dict[str, Any]:
         out = dict(desc)
-        for key in ECHOED:
+        for key in ECHOED:  # as sent; what the request left out stays out (job.json has local values)
             if key in create:
                 out[key] = create[key]
+            else:
+                out.pop(key, None)
         for key, defaults in SERVICE_DEFAULTS.items():
             if isinstance(out.get(key), dict):
                 out[key] = {**dict(defaults), **out[key]}
@@ -195,7 +202,9 @@ class EmulatorSageMakerClient:
             out.setdefault(key, value)
         model = job.job_dir / "output" / "model.tar.gz"
         output_uri = (create.get("OutputDataConfig") or {}).get("S3OutputPath", "")
-        if not job.running and model.exists() and output_uri:
+        # The API model requires ModelArtifacts.S3ModelArtifacts in every response (SDK v3
+        # validates it): while the job runs it is where the model will be.
+        if output_uri and (job.running or model.exists()):
             out["ModelArtifacts"] = {"S3ModelArtifacts": f"{output_uri.rstrip('/')}/{desc['TrainingJobName']}"
                                                          "/output/model.tar.gz"}
         out["TrainingJobArn"] = self.arn(desc["TrainingJobName"])
@@ -252,6 +261,17 @@ class EmulatorSageMakerClient:
             raise NotImplementedError(f"SageMaker API {name!r} is not emulated (only training jobs are); "
                                       "nothing was sent to AWS")
         return refuse
+
+
+def print_warnings(job: EmulatedJob, stream: TextIO | None = None) -> None:
+    """Print the launcher-quirk warnings of an ended job (``JobResult.warnings``) to ``stream``
+    (stderr): the SDK shows only the status, and these say why a green status may be wrong."""
+    if job.result is None or not job.result.warnings:
+        return
+    out = stream or sys.stderr
+    for text in job.result.warnings:
+        out.write(f"[emulator] {job.result.job_name}: warning: {text}\n")
+    out.flush()
 
 
 def _jsonable(value: Any) -> Any:

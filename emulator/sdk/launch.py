@@ -1,10 +1,15 @@
-"""``python -m emulator launch launch.py [args]``: run an unmodified SDK v2 launcher on the emulator.
+"""``python -m emulator launch launch.py [args]``: run an unmodified SDK launcher on the emulator.
 
-Inside this process, before the script runs: ``sagemaker.Session`` (wherever the SDK bound it) is
-:class:`~emulator.sdk.session.EmulatorSession`, ``sagemaker.get_execution_role()`` returns a fixed
-role ARN, and every boto3 S3/STS/IAM call is answered by moto backed by the local S3 folder (any
-other AWS service is refused by moto: nothing leaves the machine). Then the script runs with
-``runpy.run_path`` as ``__main__`` with ``sys.argv = [script, *args]``.
+Which SDK the launcher uses is read from what is installed (:mod:`.versions`): v2 and v3 install
+the same ``sagemaker`` package, so an environment holds one of them; a mix of both is refused
+before anything runs (exit status 2, naming what was found and how to fix it).
+
+SDK v2, inside this process before the script runs: ``sagemaker.Session`` (wherever the SDK bound
+it) is :class:`~emulator.sdk.session.EmulatorSession`, ``sagemaker.get_execution_role()`` returns
+a fixed role ARN, and every boto3 S3/STS/IAM call is answered by moto backed by the local S3
+folder (any other AWS service is refused by moto: nothing leaves the machine). SDK v3: see
+:mod:`emulator.sdk.v3.launch`. Then the script runs with ``runpy.run_path`` as ``__main__`` with
+``sys.argv = [script, *args]``.
 
 DLC ``image_uri`` values are accepted and recorded (``AlgorithmSpecification.TrainingImage``); the
 process backend runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
@@ -20,66 +25,74 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
+
+from ..errors import RequestError
+from .versions import installed_major
+
+#: Variables that steer the launched jobs (read by both SDK majors' redirects).
+BACKEND_VAR = "SAGEMAKER_EMULATOR_BACKEND"
+GPUS_VAR = "SAGEMAKER_EMULATOR_GPUS_PER_HOST"
+
+
+def emulator_options() -> dict[str, Any]:
+    """Backend and GPUs per host for the launcher's jobs, from the environment."""
+    options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "process")}
+    gpus = os.environ.get(GPUS_VAR)
+    if gpus:
+        options["gpus_per_host"] = int(gpus)
+    return options
 
 
 def _session_factory(original: type) -> type:
+    from .client import print_warnings
     from .session import EmulatorSession
 
-    backend = os.environ.get("SAGEMAKER_EMULATOR_BACKEND", "process")
-    gpus = os.environ.get("SAGEMAKER_EMULATOR_GPUS_PER_HOST")
+    options = emulator_options()
 
     class LaunchSession(EmulatorSession):
         """``sagemaker.Session`` as the launcher sees it."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.pop("sagemaker_client", None)
-            kwargs.setdefault("backend", backend)
-            if gpus:
-                kwargs.setdefault("gpus_per_host", int(gpus))
+            for key, value in options.items():
+                kwargs.setdefault(key, value)
             super().__init__(*args, **kwargs)
+            self.emulator_client.on_finish.append(print_warnings)
 
     LaunchSession.__name__ = LaunchSession.__qualname__ = "Session"
     return LaunchSession
 
 
-@contextmanager
-def redirected() -> Iterator[None]:
-    """Patch the SageMaker SDK in this process so the launcher talks to the emulator."""
+def import_all(names: Sequence[str]) -> None:
+    """Import the SDK modules that bind names at import, so patching reaches their bindings."""
     import importlib
 
-    import sagemaker
-    import sagemaker.session
-
-    for mod in ("sagemaker.estimator", "sagemaker.pytorch", "sagemaker.pytorch.estimator",
-                "sagemaker.fw_utils", "sagemaker.s3", "sagemaker.inputs"):
+    for name in names:
         try:
-            importlib.import_module(mod)
+            importlib.import_module(name)
         except ImportError:
             pass
-    from . import session as emu_session
 
-    original = sagemaker.session.Session
-    patched = _session_factory(original)
 
-    def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
-        return emu_session.EMULATOR_ROLE
+@contextmanager
+def patched_sdk(replace: Callable[[str, Any], Any], *, skip: Sequence[Any] = ()) -> Iterator[None]:
+    """Within the block, every attribute of every loaded ``sagemaker.*`` module (but ``skip``) for
+    which ``replace(attr, value)`` returns something else is that; the default S3 store is open and
+    flushed to its folder at the end."""
+    from .s3 import default_store
 
     saved: list[tuple[Any, str, Any]] = []
     for name, module in list(sys.modules.items()):
-        if module is None or not (name == "sagemaker" or name.startswith("sagemaker.")):
+        if module is None or module in skip or not (name == "sagemaker" or name.startswith("sagemaker.")):
             continue
         for attr, value in list(vars(module).items()):
-            if value is original and module is not emu_session:
+            new = replace(attr, value)
+            if new is not value:
                 saved.append((module, attr, value))
-                setattr(module, attr, patched)
-            elif attr == "get_execution_role" and callable(value):
-                saved.append((module, attr, value))
-                setattr(module, attr, get_execution_role)
-    from .s3 import default_store
-
+                setattr(module, attr, new)
     store = default_store()
     try:
         yield
@@ -89,17 +102,59 @@ def redirected() -> Iterator[None]:
         store.flush()
 
 
+@contextmanager
+def redirected() -> Iterator[None]:
+    """Patch SageMaker SDK v2 in this process so the launcher talks to the emulator."""
+    import sagemaker.session
+
+    import_all(("sagemaker.estimator", "sagemaker.pytorch", "sagemaker.pytorch.estimator",
+                "sagemaker.fw_utils", "sagemaker.s3", "sagemaker.inputs"))
+    from . import session as emu_session
+
+    original = sagemaker.session.Session
+    patched = _session_factory(original)
+
+    def get_execution_role(sagemaker_session: Any = None, use_default: bool = False) -> str:
+        return emu_session.EMULATOR_ROLE
+
+    def replace(attr: str, value: Any) -> Any:
+        if value is original:
+            return patched
+        if attr == "get_execution_role" and callable(value):
+            return get_execution_role
+        return value
+
+    with patched_sdk(replace, skip=(emu_session,)):
+        yield
+
+
 def launch(script: str, args: Sequence[str]) -> int:
     """Run ``script`` with ``args`` against the emulator; return its exit code."""
     if not os.path.isfile(script):
         print(f"error: launcher script {script!r} does not exist", file=sys.stderr)
         return 2
+    try:
+        major = installed_major()
+    except RequestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if major is None:
+        print("error: no SageMaker Python SDK is installed; install `sagemaker-cluster-emulator[sdk]` "
+              "(SDK v2) or `[sdk3]` (SDK v3)", file=sys.stderr)
+        return 2
+    redirect: AbstractContextManager[None]
+    if major == 3:
+        from .v3.launch import redirected as redirected_v3
+
+        redirect = redirected_v3()
+    else:
+        redirect = redirected()
     argv = sys.argv
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, script_dir)
     try:
-        with redirected():
+        with redirect:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code

@@ -1,8 +1,8 @@
 """S3 for the emulator: moto's in-process S3, mirrored to a local folder that outlives the process.
 
 The SageMaker SDK talks to S3 through boto3 (``upload_data``, the ``sourcedir.tar.gz`` upload,
-``S3Downloader``). Those calls are answered by moto's S3 (``moto.mock_aws``, restricted to S3 and
-STS) — the emulator does not speak the S3 protocol itself. moto keeps objects in memory, so a
+``S3Downloader``). Those calls are answered by moto's S3 (``moto.mock_aws``, restricted to S3, STS,
+IAM and CloudWatch Logs) — the emulator does not speak the S3 protocol itself. moto keeps objects in memory, so a
 folder is the durable copy: object ``s3://BUCKET/KEY`` is the file ``<root>/BUCKET/KEY``.
 
 * When the store opens, every file under the root is loaded into moto (eagerly; keep the root
@@ -29,7 +29,8 @@ from urllib.parse import urlparse
 #: The default root of the S3 mirror.
 DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "s3"
 #: Services moto answers while the emulator's S3 is open; everything else is refused by moto.
-MOCKED_SERVICES = ["s3", "sts", "iam"]
+#: CloudWatch Logs carries the hosts' logs for SDK v3 (:mod:`emulator.sdk.cwlogs`).
+MOCKED_SERVICES = ["s3", "sts", "iam", "logs"]
 #: The account moto reports (``sts get-caller-identity``).
 ACCOUNT = "123456789012"
 #: Folders under the root that hold emulator bookkeeping rather than buckets.

@@ -1,5 +1,15 @@
 """CreateTrainingJob request (as the SageMaker SDK builds it) → :class:`~emulator.request.JobRequest`.
 
+Both SDK majors' requests are taken: v2 estimators send ``sagemaker_*`` hyperparameters and a
+``sourcedir.tar.gz``; v3's ``ModelTrainer`` sends ``AlgorithmSpecification.ContainerEntrypoint``/
+``ContainerArguments``, plain-string hyperparameters and its code as two channels of loose files
+(``code``, ``sm_drivers``). A request with a ``ContainerEntrypoint`` and no ``sagemaker_program``
+has no entry point: the hosts run the container command, ``/opt/ml/code`` stays empty (as on
+SageMaker), and the ``code``/``sm_drivers`` channels are copied into each host (writable: v3's
+``sm_train.sh`` runs ``chmod +x`` there). ``SourceCode.requirements`` (read from
+``sm_drivers/sourcecode.json``) becomes the request's ``requirements_file``, from which the job
+environment is prepared.
+
 What is carried over exactly: the job name, the hyperparameters (every key as sent, including
 ``sagemaker_*``; ``sagemaker_submit_directory`` keeps its ``s3://`` value — the toolkit finds the
 code already in ``/opt/ml/code`` and never fetches it), the resource config (type and count, or
@@ -9,7 +19,8 @@ stopping condition, the checkpoint config, the environment and the training imag
 ``s3://`` locations are mapped to the local S3 folder of :class:`~emulator.sdk.s3.S3Store`;
 ``file://`` locations are used in place. Refused with a :class:`~emulator.errors.RequestError`:
 channels that are neither (``FileSystemDataSource``), ``Pipe``/``FastFile`` input modes' semantics
-(accepted, run as ``File``), and a request without ``sagemaker_program``.
+(accepted, run as ``File``), a ``ContainerEntrypoint``/``ContainerArguments`` that is not a list of
+strings, and a request with neither ``sagemaker_program`` nor ``ContainerEntrypoint``.
 
 Ignored (accepted, not emulated): ``RoleArn``, ``VpcConfig``, ``EnableNetworkIsolation``,
 ``EnableInterContainerTrafficEncryption``, managed spot (``EnableManagedSpotTraining``,
@@ -20,6 +31,8 @@ Ignored (accepted, not emulated): ``RoleArn``, ``VpcConfig``, ``EnableNetworkIso
 
 from __future__ import annotations
 
+import json
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -37,6 +50,7 @@ from ..request import (
     Channel,
     InstanceGroup,
     JobRequest,
+    container_command,
     validate,
 )
 from .s3 import S3Store
@@ -69,8 +83,9 @@ def _where(uri: str, field_name: str, store: S3Store | None) -> Path:
 
 def _source(hps: Mapping[str, str], store: S3Store | None, temp: list[Path]) -> tuple[Path, str]:
     if "sagemaker_program" not in hps:
-        raise RequestError("HyperParameters.sagemaker_program", "missing; the emulator runs a script "
-                           "entry point", allowed="an estimator with entry_point=")
+        raise RequestError("HyperParameters.sagemaker_program", "missing, and there is no "
+                           "AlgorithmSpecification.ContainerEntrypoint to run instead",
+                           allowed="an SDK v2 estimator with entry_point=, or SDK v3's ModelTrainer")
     entry = str(dist.decode(hps["sagemaker_program"]))
     submit = hps.get("sagemaker_submit_directory")
     if submit is None:
@@ -87,7 +102,15 @@ def _source(hps: Mapping[str, str], store: S3Store | None, temp: list[Path]) -> 
     return code, entry
 
 
-def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path]) -> Channel:
+#: SDK v3's own channels (``sagemaker.train.constants``): the source dir and the driver scripts.
+V3_CODE_CHANNEL = "code"
+V3_DRIVERS_CHANNEL = "sm_drivers"
+#: The file in ``sm_drivers`` that carries ``SourceCode`` (``requirements`` among its keys).
+V3_SOURCE_CODE_JSON = "sourcecode.json"
+
+
+def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path],
+             copy: bool = False) -> Channel:
     name = spec.get("ChannelName", "")
     where = f"InputDataConfig.{name}"
     source = spec.get("DataSource", {})
@@ -115,7 +138,23 @@ def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path]) -
     if dist_type not in ("FullyReplicated", "ShardedByS3Key"):
         raise RequestError(f"{where}.S3DataDistributionType", f"{dist_type!r}")
     return Channel(name=name, path=path, content_type=spec.get("ContentType"),
-                   s3_distribution_type=dist_type)  # type: ignore[arg-type]
+                   s3_distribution_type=dist_type, copy=copy)  # type: ignore[arg-type]
+
+
+def _v3_requirements(channels: tuple[Channel, ...]) -> Path | None:
+    """``SourceCode.requirements`` as a file in the ``code`` channel, if the job installs one."""
+    found = {c.name: c.path for c in channels}
+    if V3_CODE_CHANNEL not in found or V3_DRIVERS_CHANNEL not in found:
+        return None
+    try:
+        source_code = json.loads((found[V3_DRIVERS_CHANNEL] / V3_SOURCE_CODE_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    name = source_code.get("requirements") if isinstance(source_code, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    path = found[V3_CODE_CHANNEL] / name
+    return path if path.is_file() else None  # a missing file fails in the host, as on SageMaker
 
 
 def _validate(request: JobRequest) -> None:
@@ -136,8 +175,26 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
                              forward_aws_credentials: bool = False) -> Translated:
     """Translate a CreateTrainingJob request dict and validate the result."""
     temp: list[Path] = []
+    try:
+        return _translate(create, store=store, region=region, gpus_per_host=gpus_per_host,
+                          forward_aws_credentials=forward_aws_credentials, temp=temp)
+    except BaseException:  # refused: leave nothing behind
+        for d in temp:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+
+
+def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str, gpus_per_host: int | None,
+               forward_aws_credentials: bool, temp: list[Path]) -> Translated:
+    algo = create.get("AlgorithmSpecification") or {}
+    entrypoint, arguments = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
     hps = dict(create.get("HyperParameters") or {})
-    source, entry = _source(hps, store, temp)
+    v3 = entrypoint is not None and "sagemaker_program" not in hps
+    if v3:  # no source dir: the code arrives as the `code` channel; /opt/ml/code stays empty
+        source, entry = Path(tempfile.mkdtemp(prefix="sm-emulator-nocode-")), ""
+        temp.append(source)
+    else:
+        source, entry = _source(hps, store, temp)
     rc = create.get("ResourceConfig") or {}
     if rc.get("InstanceGroups"):
         groups = tuple(InstanceGroup(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
@@ -153,8 +210,9 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
     ckpt = create.get("CheckpointConfig") or {}
     ckpt_uri = ckpt.get("S3Uri")
     ckpt_dir = _where(ckpt_uri, "CheckpointConfig.S3Uri", store) if ckpt_uri else None
-    algo = create.get("AlgorithmSpecification") or {}
     stopping = create.get("StoppingCondition") or {}
+    channels = tuple(_channel(c, store, temp, copy=v3 and c.get("ChannelName") in (V3_CODE_CHANNEL, V3_DRIVERS_CHANNEL))
+                     for c in create.get("InputDataConfig") or [])
     request = JobRequest(
         job_name=create.get("TrainingJobName", ""),
         entry_point=entry,
@@ -162,7 +220,7 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
         hyperparameters=hps,
         instance_groups=groups,
         output_path=output,
-        channels=tuple(_channel(c, store, temp) for c in create.get("InputDataConfig") or []),
+        channels=channels,
         gpus_per_host=gpus_per_host,
         max_runtime_seconds=stopping.get("MaxRuntimeInSeconds", MAX_RUNTIME_DEFAULT),
         checkpoint_local_path=ckpt.get("LocalPath") or CHECKPOINT_DEFAULT,
@@ -172,6 +230,9 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
         image_uri=algo.get("TrainingImage"),
         forward_aws_credentials=forward_aws_credentials,
         heterogeneous=hetero,
+        container_entrypoint=entrypoint,
+        container_arguments=arguments,
+        requirements_file=_v3_requirements(channels) if v3 else None,
     )
     _validate(request)
     return Translated(request=request, create_request=dict(create), output_uri=output_uri,
