@@ -442,8 +442,9 @@ class DockerBackend:
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
                         "sagemaker-emulator.job-name": plan.request.job_name}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
-                          scratch=scratch, options={"shm_size": SHM_SIZE, "user": "0",
-                                                    "entrypoint": "request" if plan.request.container_command else "image"})
+                          scratch=scratch,
+                          options={"shm_size": SHM_SIZE, "user": "0",
+                                   "entrypoint": "request" if plan.request.container_command else "image"})
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import EmulatorError, RequestError
+from ..inhost import protocol as P
 from ..result import JobResult, iso
 from .s3 import INTERNAL, S3Store
 from .translate import Translated, from_create_training_job
@@ -81,7 +82,7 @@ class EmulatorSageMakerClient:
 
     def __init__(self, store: S3Store, *, region: str, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
-                 stop_grace: float = 120.0) -> None:
+                 stop_grace: float = P.STOP_GRACE) -> None:
         self.store = store
         self.region = region
         self.backend = backend

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..inhost import protocol as P
+
 #: The default root of the S3 mirror.
 DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "s3"
 #: Services moto answers while the emulator's S3 is open; everything else is refused by moto.
 #: CloudWatch Logs carries the hosts' logs for SDK v3 (:mod:`emulator.sdk.cwlogs`).
 MOCKED_SERVICES = ["s3", "sts", "iam", "logs"]
 #: The account moto reports (``sts get-caller-identity``).
-ACCOUNT = "123456789012"
+ACCOUNT = P.ACCOUNT_ID
 #: Folders under the root that hold emulator bookkeeping rather than buckets.
 INTERNAL = ".emulator"
 
@@ -78,7 +80,7 @@ def _stop_mock() -> None:
 class S3Store:
     """moto S3 in this process, backed by the folder ``root``."""
 
-    def __init__(self, root: Path | None = None, *, region: str = "us-west-2") -> None:
+    def __init__(self, root: Path | None = None, *, region: str = P.DEFAULT_REGION) -> None:
         self.root = (root or default_root()).absolute()
         self.region = region
         self._etags: dict[tuple[str, str], str] = {}
@@ -186,7 +188,7 @@ class S3Store:
 _default: S3Store | None = None
 
 
-def default_store(region: str = "us-west-2") -> S3Store:
+def default_store(region: str = P.DEFAULT_REGION) -> S3Store:
     """The process-wide store over :func:`default_root` (opened on first use)."""
     global _default
     if _default is None or _default.root != default_root():

@@ -28,6 +28,7 @@ import boto3
 from sagemaker.session import Session, _check_job_status
 
 from ..console import LogTailer
+from ..inhost import protocol as P
 from .client import EmulatorSageMakerClient
 from .s3 import ACCOUNT, S3Store, default_store
 
@@ -43,9 +44,9 @@ class EmulatorSession(Session):
     def __init__(self, boto_session: Any = None, *, region: str | None = None,
                  s3_root: str | Path | None = None, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
-                 stop_grace: float = 120.0, default_bucket: str | None = None,
+                 stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
                  **session_kwargs: Any) -> None:
-        region = region or (boto_session.region_name if boto_session is not None else None) or "us-west-2"
+        region = region or (boto_session.region_name if boto_session is not None else None) or P.DEFAULT_REGION
         self.s3_store: S3Store = (S3Store(Path(s3_root), region=region).open() if s3_root is not None
                                   else default_store(region))
         self.emulator_client = EmulatorSageMakerClient(self.s3_store, region=region, backend=backend,

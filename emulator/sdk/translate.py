@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 from .. import distribution as dist
 from ..archives import safe_extract
 from ..errors import RequestError
+from ..inhost import protocol as P
 from ..request import (
     CHECKPOINT_DEFAULT,
     HOMOGENEOUS_GROUP,
@@ -171,7 +172,7 @@ def _validate(request: JobRequest) -> None:
 
 
 def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None = None,
-                             region: str = "us-west-2", gpus_per_host: int | None = None,
+                             region: str = P.DEFAULT_REGION, gpus_per_host: int | None = None,
                              forward_aws_credentials: bool = False) -> Translated:
     """Translate a CreateTrainingJob request dict and validate the result."""
     temp: list[Path] = []
