@@ -30,6 +30,7 @@ from .archives import build_archive
 from .backends import HostSpec, JobSpec, get_backend
 from .backends.base import Backend, JobHandle, Mount
 from .console import LogTailer, paint, table, tail
+from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason  # debugging (issue 13)
 from .request import JobRequest
 from .result import FAILURE_REASON_LIMIT, HostOutcome, JobResult, Transition, iso, write_description
 
@@ -129,6 +130,8 @@ class _JobRun:
         self.diag_dir.mkdir()
         self.injector: Any = None
         self.deadline = 0.0
+        self.observers: list[Observer] = debug_observers(request.job_name)  # debugging (issue 13)
+        self.events: list[Event] = []  # debugging (issue 13)
 
     # -- one attempt ------------------------------------------------------------------------
     def attempt(self, number: int) -> _Attempt:
@@ -162,6 +165,7 @@ class _JobRun:
             _say(self.stream, f"{request.job_name}: starting {len(specs)} host(s) on the {be.name} backend, "
                  f"runner {job_plan.runner}", self.echo)
             handle = be.start(JobSpec(job_id=job_id, hosts=specs, scratch=self.scratch / f"backend-{number}"))
+            self._observe_start(number, handle, [s.name for s in specs])  # debugging (issue 13)
             if self.faults:
                 from .faults import FaultInjector
 
@@ -172,10 +176,14 @@ class _JobRun:
                     rc = host.poll()
                     if rc is not None and name not in exits:
                         exits[name] = (rc, now)
+                        self.events.append(Event(now, "host-exit", name, f"exit {rc}"))  # debugging (issue 13)
                         if rc != 0 and first is None:
                             first = (name, rc, now)
+                            self.events.append(Event(now, "first-failure", name, f"exit {rc}"))  # (issue 13)
                 if first is not None:
                     outcome, secondary = "Failed", "Failed"
+                    if len(exits) < len(specs):  # debugging (issue 13)
+                        self._before_stop(StopReason.FAIL_FAST)
                     break
                 if len(exits) == len(specs):
                     outcome, secondary = "Completed", "Completed"
@@ -184,17 +192,20 @@ class _JobRun:
                     events += [_event_dict(e) for e in self.injector.tick(time.monotonic())]
                     if self.injector.spot_requested():
                         _say(self.stream, "spot interruption: stopping every host", self.echo)
+                        self._before_stop(StopReason.SPOT)  # debugging (issue 13)
                         self.clock.enter("Interrupted")
                         handle.teardown(self.stop_grace)
                         outcome, secondary = "Interrupted", "Interrupted"
                         break
                 if self.stop.is_set():
+                    self._before_stop(StopReason.STOP_REQUEST)  # debugging (issue 13)
                     self.clock.enter("Stopping")
                     _say(self.stream, f"stop requested: SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
                     handle.teardown(self.stop_grace)
                     outcome, secondary = "Stopped", "Stopped"
                     break
                 if time.monotonic() >= self.deadline:
+                    self._before_stop(StopReason.MAX_RUNTIME)  # debugging (issue 13)
                     self.clock.enter("Stopping")
                     _say(self.stream, f"MaxRuntimeInSeconds ({request.max_runtime_seconds}) exceeded: "
                          f"SIGTERM, then SIGKILL after {self.stop_grace:g} s", self.echo)
@@ -210,6 +221,8 @@ class _JobRun:
             if handle is not None:
                 handle.teardown(FAIL_FAST_GRACE)
             tailer.stop()
+            for o in self.observers:  # debugging (issue 13)
+                _safely(o.on_end, time.monotonic())
         hosts = []
         for h in job_plan.hosts:
             rc = handle.hosts[h.name].poll() if handle is not None else None
@@ -223,6 +236,40 @@ class _JobRun:
         injector = self.injector
         if injector is not None:
             injector.on_line(host, line)
+        for o in self.observers:  # debugging (issue 13)
+            _safely(o.on_line, host, line)
+
+    # -- debugging observers (issue 13): a stand-in for the lead's observer calls ---------------
+    def _observe_start(self, number: int, handle: JobHandle, hosts: list[str]) -> None:
+        now = time.time()
+        self.events += [Event(now, "host-start", h) for h in hosts]
+        ctx = AttemptContext(number, handle, tuple(hosts), self.diag_dir, time.monotonic(), now)
+        for o in self.observers:
+            _safely(o.on_start, ctx)
+
+    def _before_stop(self, reason: StopReason) -> None:
+        self.events.append(Event(time.time(), "stop", None, reason.value))
+        for o in self.observers:
+            self.events += list(_safely(o.before_stop, reason) or ())
+
+    def _observe_finish(self, attempts: list[_Attempt]) -> Report:
+        last = attempts[-1]
+        hosts = last.hosts or (attempts[-2].hosts if len(attempts) > 1 else [])
+        faults = [Event(float(e.get("Wall", 0)), "fault", e.get("Host"), str(e.get("Action", "")))
+                  for a in attempts for e in a.events if isinstance(e, dict) and "Wall" in e]
+        finish = FinishContext(self.job_dir, self.diag_dir, last.outcome, last.secondary, tuple(hosts),
+                               tuple(sorted(self.events + faults, key=lambda e: e.time)),
+                               last.first[0] if last.first else None)
+        merged = Report()
+        for o in self.observers:
+            part = _safely(o.report, finish)
+            if part is None:
+                continue
+            merged.diagnostics += part.diagnostics
+            merged.warnings += part.warnings
+            merged.emulator.update(part.emulator)
+            merged.console += part.console
+        return merged
 
     # -- the whole job ------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -235,12 +282,15 @@ class _JobRun:
         attempts: list[_Attempt] = []
         interrupted = False
         diagnostics: list[Any] = []
+        observed = Report()  # debugging (issue 13)
         try:
             while True:
                 attempts.append(self.attempt(len(attempts)))
                 if attempts[-1].outcome != "Interrupted":
                     break
             diagnostics = _diagnostics(self.diag_dir)  # before the scratch tree goes
+            observed = self._observe_finish(attempts)  # debugging (issue 13)
+            diagnostics += observed.diagnostics  # debugging (issue 13)
         except KeyboardInterrupt:
             interrupted = True
             self.clock.enter("Stopping")
@@ -257,7 +307,7 @@ class _JobRun:
         model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
         failure_reason = _failure_reason(hosts, last.first) if last.outcome == "Failed" else None
-        warnings = _quirk_warnings(hosts, request)
+        warnings = _quirk_warnings(hosts, request) + observed.warnings  # debugging (issue 13): + observed
         self.clock.enter(last.secondary)
         self.clock.close()
         end = time.time()
@@ -271,6 +321,7 @@ class _JobRun:
             "Deviations": [text for on, text in ((request.short_toolkit_sleeps, "toolkit MPI sleeps capped at 1 s"),
                                                  (request.fast_start, "fast rank start (forked ranks)")) if on],
         })
+        description["Emulator"].update(observed.emulator)  # debugging (issue 13)
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
             shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
@@ -279,7 +330,7 @@ class _JobRun:
                            description=description, model_artifact=model, output_artifact=output,
                            diagnostics=tuple(diagnostics), warnings=tuple(warnings),
                            first_failure=last.first[0] if last.first else None)
-        _summary(result, self.stream, self.echo, last.first)
+        _summary(result, self.stream, self.echo, last.first, observed.console)  # debugging (issue 13): console
         if interrupted:
             raise KeyboardInterrupt
         return result
@@ -307,6 +358,26 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     be.check()
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
                    keep_hosts=keep_hosts, faults=faults, stop=stop).run()
+
+
+# -- debugging observers (issue 13) -------------------------------------------------------------
+def debug_observers(job_name: str) -> list[Observer]:
+    """Stack capture, collective comparison, quiet failures and the timeline, for every job."""
+    from .collectives import CollectiveCheck
+    from .quiet import QuietFailures
+    from .stacks import StackCapture
+    from .timeline import Timeline
+
+    return [StackCapture(), CollectiveCheck(), QuietFailures(), Timeline(job_name)]
+
+
+def _safely(hook: Any, *args: Any) -> Any:
+    """Call an observer's hook; an observer's error never breaks the job (it is printed)."""
+    try:
+        return hook(*args)
+    except Exception as exc:  # noqa: BLE001 - observers must not break the supervisor
+        print(f"[emulator] observer {getattr(hook, '__qualname__', hook)} failed: {exc!r}", file=sys.stderr)
+        return None
 
 
 def _event_dict(event: Any) -> dict[str, Any]:
@@ -392,7 +463,8 @@ def _describe(request: JobRequest, clock: _Clock, created: float, end: float, st
     return d
 
 
-def _summary(result: JobResult, stream: TextIO, echo: bool, first: tuple[str, int, float] | None) -> None:
+def _summary(result: JobResult, stream: TextIO, echo: bool, first: tuple[str, int, float] | None,
+             console: Sequence[str] = ()) -> None:
     if not echo:
         return
     rows = [(h.name, h.how, str(h.log)) for h in result.hosts]
@@ -409,6 +481,8 @@ def _summary(result: JobResult, stream: TextIO, echo: bool, first: tuple[str, in
         stream.write(paint(f"warning: {w}", "33", stream) + "\n")
     for d in result.diagnostics:
         stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
+    for line in console:  # debugging (issue 13)
+        stream.write(line + "\n")
     stream.write(f"job.json: {result.job_dir / 'job.json'}\n")
     stream.flush()
 
