@@ -10,7 +10,7 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
-EXTRAS = ".[torch,docker,sdk,test,examples]"
+EXTRAS = ".[torch,docker,sdk,test,examples,plot]"
 
 
 def _install(session: nox.Session, *extra: str) -> None:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator run|plan|reap|launch``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed.
@@ -101,7 +101,30 @@ def parser() -> argparse.ArgumentParser:
     launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
     launch.add_argument("script")
     launch.add_argument("args", nargs=argparse.REMAINDER)
+    # -- timeline (issue 13) --
+    timeline = sub.add_parser("timeline", help="draw JOB_DIR/timeline.png again from JOB_DIR/timeline.json")
+    timeline.add_argument("job_dir", metavar="JOB_DIR")
+    # -- end timeline --
     return p
+
+
+def _timeline(job_dir: str) -> int:
+    """``python -m emulator timeline JOB_DIR`` (issue 13): 0 when drawn, 2 for a bad JOB_DIR, 3
+    without matplotlib."""
+    from pathlib import Path
+
+    from .timeline import redraw
+
+    try:
+        print(redraw(Path(job_dir)))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError:
+        print("error: drawing the timeline needs matplotlib: pip install 'sagemaker-cluster-emulator[plot]'",
+              file=sys.stderr)
+        return 3
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sdk.launch import launch
 
             return launch(args.script, args.args)
+        if args.command == "timeline":  # issue 13
+            return _timeline(args.job_dir)
     except RequestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -194,8 +194,8 @@ def _differ(group: str, seq: int, present: Mapping[RankRecord, Call], missing: S
         for r in missing:
             own = seqs[r]
             last = own[max(own)] if own else None
-            lasts.append(f"{r.label}'s last was #{last.seq} {last.op} ({last.where}, {last.state})" if last
-                         else f"{r.label} issued none")
+            lasts.append(f"rank {r.rank}'s last was #{last.seq} {last.op} ({last.where}, {last.state})" if last
+                         else f"rank {r.rank} issued none")
         return Diagnostic("collective-missing",
                           f"{_who(missing)} never reached collective #{seq} of {where} ({call.op}, issued by "
                           f"{_ranks(list(present))} at {call.where}); " + "; ".join(lasts), hosts)
