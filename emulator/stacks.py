@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -419,8 +420,8 @@ def _py_spy(py_spy: str, stack: ProcessStack, timeout: float) -> None:
 
 
 def find_py_spy() -> str | None:
-    """``py-spy`` on this machine's PATH, or None."""
-    return shutil.which("py-spy")
+    """``py-spy`` on this machine's PATH or beside this interpreter (a venv's ``bin``), or None."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
 
 
 # -- the observer -------------------------------------------------------------------------------
