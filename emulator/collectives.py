@@ -186,7 +186,8 @@ def _differ(group: str, seq: int, present: Mapping[RankRecord, Call], missing: S
     by_sig = _split(present, lambda c: (c.crc, c.signature))
     if len(by_sig) > 1:
         op = next(iter(present.values())).op
-        parts = ", ".join(f"{sig or '(no arguments)'} on {_ranks(recs)}" for (_crc, sig), recs in reversed(by_sig))
+        parts = ", ".join(f"{sig or '(no arguments)'} on {_ranks(recs)}"
+                          for (_crc, sig), recs in sorted(by_sig, key=lambda kv: min(r.rank for r in kv[1])))
         return Diagnostic("collective-shape-mismatch", f"{op} #{seq} of {where}: {parts}", hosts)
     if missing and present:
         call = next(iter(present.values()))
