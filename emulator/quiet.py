@@ -64,8 +64,9 @@ def _what(record: dict[str, Any]) -> str:
         return f"process ({_who(record)}) died of an uncaught {exc}{where}"
     if kind == "thread":
         return f"thread {record.get('thread')!r} of process ({_who(record)}) died of {exc}{where}"
+    died = f" ({exc}{where})" if record.get("exception") else ""
     return (f"multiprocessing child {record.get('process')!r} ({_who(record)}) exited "
-            f"{record.get('code')} and its parent did not fail")
+            f"{record.get('code')}{died} and its parent did not fail")
 
 
 def warnings(records: Sequence[dict[str, Any]], logs: dict[str, Path]) -> list[str]:

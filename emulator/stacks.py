@@ -149,7 +149,9 @@ def parse_faulthandler(text: str) -> list[Thread]:
 def parse_py_spy(text: str) -> list[Thread]:
     """Threads of a ``py-spy dump`` output (innermost frame first, as py-spy prints them)."""
     threads: list[Thread] = []
-    ident, name, frames = None, None, []
+    ident: str | None = None
+    name: str | None = None
+    frames: list[Frame] = []
     for line in text.splitlines():
         m = _SPY_THREAD.match(line)
         if m:

@@ -375,7 +375,7 @@ def _safely(hook: Any, *args: Any) -> Any:
     """Call an observer's hook; an observer's error never breaks the job (it is printed)."""
     try:
         return hook(*args)
-    except Exception as exc:  # noqa: BLE001 - observers must not break the supervisor
+    except Exception as exc:  # observers must not break the supervisor
         print(f"[emulator] observer {getattr(hook, '__qualname__', hook)} failed: {exc!r}", file=sys.stderr)
         return None
 

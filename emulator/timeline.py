@@ -101,7 +101,8 @@ def _collective_bins(diag_dir: Path, since: float, start: float, end: float) -> 
 
 def build(finish: FinishContext, lines: Sequence[dict[str, Any]], *, since: float, job_name: str) -> dict[str, Any]:
     """The timeline's data (what ``timeline.json`` holds)."""
-    events = [{"Time": e.time, "Kind": e.kind, "Host": e.host, "Rank": None, "Detail": e.detail} for e in finish.events]
+    events: list[dict[str, Any]] = [{"Time": e.time, "Kind": e.kind, "Host": e.host, "Rank": None, "Detail": e.detail}
+                                    for e in finish.events]
     events += [dict(line) for line in lines]
     if finish.diag_dir.is_dir():
         events += _rank_starts(finish.diag_dir, since) + _process_groups(finish.diag_dir, since)
@@ -140,15 +141,20 @@ def draw(data: dict[str, Any], path: Path) -> Path:
         y = index[(host, None)]
         t0 = starts.get(host, start)
         ax.broken_barh([(t0 - start, exits.get(host, end) - t0)], (y - 0.3, 0.6), color="lightsteelblue")
+    for e in events:  # each rank's process, from its start to its host's exit
+        if e["Kind"] == "rank-start" and (e["Host"], e["Rank"]) in index:
+            lane = index[(e["Host"], e["Rank"])]
+            ax.broken_barh([(e["Time"] - start, exits.get(e["Host"], end) - e["Time"])], (lane - 0.2, 0.4),
+                           color="gainsboro")
     width = float(data["Collectives"].get("BinSeconds") or 0)
     peak = max((max(s["Counts"], default=0) for s in data["Collectives"]["Series"]), default=0)
     for s in data["Collectives"]["Series"]:
-        y = index.get((s["Host"], s["Rank"]))
-        if y is None or not peak:
+        row = index.get((s["Host"], s["Rank"]))
+        if row is None or not peak:
             continue
         bars = [(i * width, width) for i, c in enumerate(s["Counts"]) if c]
         shades = [plt.cm.Greens(0.3 + 0.7 * c / peak) for c in s["Counts"] if c]
-        ax.broken_barh(bars, (y - 0.25, 0.5), facecolors=shades)
+        ax.broken_barh(bars, (row - 0.25, 0.5), facecolors=shades)
     seen: set[str] = set()
     for e in events:
         x = e["Time"] - start
@@ -157,11 +163,11 @@ def draw(data: dict[str, Any], path: Path) -> Path:
                        label=e["Kind"] if e["Kind"] not in seen else None)
             seen.add(e["Kind"])
         elif e["Kind"] in _MARKS:
-            y = index.get((e["Host"], e["Rank"])) if e["Rank"] is not None else index.get((e["Host"], None))
-            if y is None:
+            at = index.get((e["Host"], e["Rank"])) if e["Rank"] is not None else index.get((e["Host"], None))
+            if at is None:
                 continue
             marker, colour = _MARKS[e["Kind"]]
-            ax.plot([x], [y], marker=marker, color=colour, linestyle="none",
+            ax.plot([x], [at], marker=marker, color=colour, linestyle="none",
                     label=e["Kind"] if e["Kind"] not in seen else None)
             seen.add(e["Kind"])
     if peak:
@@ -172,10 +178,8 @@ def draw(data: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("seconds since the first host started")
     ax.set_title(f"{data['Job']}: {data['Status']} ({data['SecondaryStatus']})")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / max(len(rows), 1)), ncol=4, fontsize=8,
-              frameon=False)
-    fig.tight_layout()
-    fig.savefig(path)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -1,4 +1,5 @@
 """Rank 3 loops in a data reader while ranks 0-2 wait in all_reduce (tests/test_stacks_jobs.py)."""
+import argparse
 import os
 import time
 
@@ -8,14 +9,20 @@ import torch.distributed as dist
 
 def load_batch():
     while True:  # a data reader that never returns
-        time.sleep(0.05)
+        time.sleep(0.05)  # READER
 
 
 def step(tensor):
-    dist.all_reduce(tensor)
+    dist.all_reduce(tensor)  # STEP
 
 
-dist.init_process_group("nccl")
+parser = argparse.ArgumentParser()
+parser.add_argument("--backend", default="nccl")
+args = parser.parse_args()
+if args.backend == "smddp":
+    import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers "smddp", as on SageMaker
+
+dist.init_process_group(args.backend)
 rank = dist.get_rank()
 tensor = torch.ones(4)
 step(tensor)

@@ -99,9 +99,21 @@ def _on_multiprocessing(process: Any) -> None:
         return
 
     def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
+        caught: list[BaseException] = []
+        run = self.run
+
+        def recording_run() -> Any:  # keeps the exception multiprocessing will print and drop
+            try:
+                return run()
+            except BaseException as exc:
+                caught.append(exc)
+                raise
+
+        self.run = recording_run
         code = original(self, *args, **kwargs)
         if code:
-            record("child-exit", None, None, code=code, process=getattr(self, "name", None))
+            exc = caught[-1] if caught else None
+            record("child-exit", exc, None, code=code, process=getattr(self, "name", None))
         return code
 
     _bootstrap._sm_emulator_exits = True  # type: ignore[attr-defined]
