@@ -39,10 +39,10 @@ print("done")
 
 
 def _run(tmp_path: Path, name: str, source: str) -> emulator.result.JobResult:  # type: ignore[name-defined]
-    src = tmp_path / name
+    src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(source)
-    return emulator.run(entry_point="train.py", source_dir=src, instance_type="ml.m5.xlarge", output_path=tmp_path,
+    return emulator.run(entry_point="train.py", source_dir=src, instance_type="ml.m5.xlarge", output_path=tmp_path / "out",
                         job_name=name, echo=False)
 
 
