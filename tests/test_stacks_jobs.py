@@ -7,6 +7,8 @@ import importlib.util
 import io
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,30 @@ def test_a_job_that_is_not_stopped_captures_nothing(tmp_path: Path) -> None:
     result = emulator.run(entry_point="ok.py", source_dir=src, output_path=tmp_path, job_name="no-stop", echo=False)
     assert result.status == "Completed"
     assert "Stacks" not in result.description["Emulator"] and not (result.job_dir / "stacks").exists()
+
+
+def test_timeline_of_the_stopped_job(max_runtime_job: tuple[JobResult, str]) -> None:
+    result, console = max_runtime_job
+    data = json.loads((result.job_dir / "timeline.json").read_text())
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for event in data["Events"]:
+        kinds.setdefault(event["Kind"], []).append(event)
+    assert sorted(e["Host"] for e in kinds["host-start"]) == ["algo-1", "algo-2"]
+    assert sorted(e["Host"] for e in kinds["toolkit-start"]) == ["algo-1", "algo-2"]
+    assert sorted(e["Host"] for e in kinds["launcher"]) == ["algo-1", "algo-2"]
+    assert sorted(e["Rank"] for e in kinds["rank-start"]) == [0, 1, 2, 3]
+    assert sorted(e["Rank"] for e in kinds["process-group"]) == [0, 1, 2, 3]
+    assert [e["Detail"] for e in kinds["stop"]] == ["max-runtime"]
+    # the order of a job's life: host start, toolkit, launcher, rank start, process group, stop
+    first = {k: min(e["Time"] for e in v) for k, v in kinds.items()}
+    assert first["host-start"] <= first["toolkit-start"] <= first["launcher"] <= first["rank-start"] \
+        <= first["process-group"] <= first["stop"]
+    totals = {s["Rank"]: s["Total"] for s in data["Collectives"]["Series"]}
+    assert totals == {0: 2, 1: 2, 2: 2, 3: 1}  # rank 3 never issued its second all_reduce
+    png = result.job_dir / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"timeline: {png}" in console
+    png.unlink()
+    redraw = subprocess.run([sys.executable, "-m", "emulator", "timeline", str(result.job_dir)],
+                            capture_output=True, text=True, check=False)
+    assert (redraw.returncode, redraw.stdout.strip()) == (0, str(png)) and png.exists()
