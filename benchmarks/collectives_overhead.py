@@ -6,6 +6,11 @@ site folder (as an emulated host runs it), alternately with recording on (the de
 (``EMULATOR_COLLECTIVES=0``), and prints the median time from the end of ``import torch`` and
 Lightning to ``BENCH_DONE`` on rank 0 (the fit, with DDP set-up; interpreter and import time
 excluded), the ratio of medians, and how many collectives the ranks recorded.
+
+On a busy machine that ratio is dominated by noise; ``--micro`` measures the recorder's own cost
+per collective instead: one process, a one-rank gloo group, N small ``all_reduce`` calls with and
+without recording (interleaved blocks, median per call). Cost on the fit ≈ cost per call × the
+collectives the fit issues (printed by the first mode).
 """
 
 from __future__ import annotations
@@ -57,11 +62,48 @@ def once(record: bool, steps: int, port: int) -> tuple[float, int]:
         return done[0] - max(imported), sum(len(r.calls) for r in records)
 
 
+MICRO = """\
+import os, sys, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+t = torch.ones(8)
+for _ in range(200):
+    dist.all_reduce(t)
+start = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    dist.all_reduce(t)
+print(f"PER_CALL {(time.perf_counter() - start) / int(sys.argv[2]) * 1e6:.3f}")
+"""
+
+
+def micro(calls: int, reps: int) -> None:
+    """Per-call cost of recording (microseconds), interleaved on/off runs."""
+    per: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(reps):
+            for record in (True, False):
+                diag = Path(tmp) / f"diag-{i}-{record}"
+                diag.mkdir()
+                env = {**os.environ, "PYTHONPATH": str(SITE), "EMULATOR_INHOST": "1", "EMULATOR_DIAG_DIR": str(diag),
+                       "EMULATOR_COLLECTIVES": "1" if record else "0", "OMP_NUM_THREADS": "1"}
+                out = subprocess.run([sys.executable, "-c", MICRO, str(29300 + 2 * i + record), str(calls)], env=env,
+                                     capture_output=True, text=True, check=True).stdout
+                per[record].append(float(re.findall(r"PER_CALL (\S+)", out)[0]))
+    on, off = statistics.median(per[True]), statistics.median(per[False])
+    print(f"all_reduce of 8 floats, 1-rank gloo: {on:.1f} us with recording, {off:.1f} us without: "
+          f"{on - off:.1f} us per collective ({reps} runs of {calls} calls each)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--micro", type=int, metavar="CALLS", help="measure the cost per collective instead")
     args = parser.parse_args()
+    if args.micro:
+        micro(args.micro, args.reps)
+        return
     on: list[float] = []
     off: list[float] = []
     count = 0

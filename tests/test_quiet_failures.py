@@ -42,8 +42,8 @@ def _run(tmp_path: Path, name: str, source: str) -> emulator.result.JobResult:  
     src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(source)
-    return emulator.run(entry_point="train.py", source_dir=src, instance_type="ml.m5.xlarge", output_path=tmp_path / "out",
-                        job_name=name, echo=False)
+    return emulator.run(entry_point="train.py", source_dir=src, instance_type="ml.m5.xlarge",
+                        output_path=tmp_path / "out", job_name=name, echo=False)
 
 
 def test_completed_job_whose_workers_died_gets_a_warning(tmp_path: Path) -> None:

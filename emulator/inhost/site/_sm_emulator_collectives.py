@@ -134,14 +134,15 @@ class _Ring:
             self._write_side()
         return index
 
-    def record(self, name: str, group: Any, signature: str, where: str) -> int:
+    def record(self, name: str, group: Any, signature: str, where: bytes) -> int:
         index, seq = self.group(group)
         seq[0] += 1
-        slot = self.count % COLL_CAPACITY
-        offset = _HEADER_SIZE + slot * _RECORD.size
-        sig = signature.encode(errors="replace")
-        _RECORD.pack_into(self.map, offset, seq[0], index, self.op(name), COLL_ISSUED,
-                          zlib.crc32(sig), time.time(), 0.0, sig[:48], where.encode(errors="replace")[:48])
+        op = self.ops.get(name)
+        if op is None:
+            op = self.op(name)
+        offset = _HEADER_SIZE + (self.count % COLL_CAPACITY) * _RECORD.size
+        sig, crc = _encoded(signature)
+        _RECORD.pack_into(self.map, offset, seq[0], index, op, COLL_ISSUED, crc, time.time(), 0.0, sig, where)
         self.count += 1
         _COUNT.pack_into(self.map, _COUNT_OFFSET, self.count)
         return offset
@@ -169,31 +170,80 @@ def _ring(dist: Any) -> _Ring | None:
     return ring
 
 
-def _describe(value: Any, torch: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
-    if isinstance(value, (list, tuple)):
-        if value and all(isinstance(v, torch.Tensor) for v in value):
-            parts = [_describe(v, torch) for v in value]
+#: Memos (bounded): what was computed once for a dtype/shape, a reduce op, a signature, a call site.
+_MEMO: dict[Any, Any] = {}
+_MEMO_LIMIT = 4096
+
+
+def _remember(key: Any, value: Any) -> Any:
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[key] = value
+    return value
+
+
+def _memo(key: Any, make: Any) -> Any:
+    try:
+        return _MEMO[key]
+    except KeyError:
+        return _remember(key, make())
+    except TypeError:  # unhashable key
+        return make()
+
+
+_PLAIN = frozenset((int, bool, str, float, type(None)))
+
+
+def _describe(value: Any, tensor: type) -> str:
+    """Short text for an argument: ``float32[8]``, ``4xfloat32[8]``, ``SUM``, ``0``."""
+    cls = type(value)
+    if cls is tensor or (cls not in _PLAIN and cls is not list and isinstance(value, tensor)):
+        key = (value.dtype, value.shape)
+        text = _MEMO.get(key)
+        if text is None:
+            text = _remember(key, f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}")
+        return text  # type: ignore[no-any-return]
+    if cls in _PLAIN:
+        return repr(value)
+    if cls is list or cls is tuple:
+        if value and all(isinstance(v, tensor) for v in value):
+            parts = [_describe(v, tensor) for v in value]
             return f"{len(parts)}x{parts[0]}" if len(set(parts)) == 1 else "[" + ",".join(parts) + "]"
         return f"list[{len(value)}]"
-    if value is None or isinstance(value, (int, bool, str)):
-        return repr(value)
+    return _memo(("op", value), lambda: _name(value))  # type: ignore[no-any-return]
+
+
+def _name(value: Any) -> str:
     name = getattr(value, "name", None)
     return str(name) if isinstance(name, str) else type(value).__name__
+
+
+def _encoded(signature: str) -> tuple[bytes, int]:
+    """(first 48 bytes, crc32 of all) of a signature."""
+    def make() -> tuple[bytes, int]:
+        raw = signature.encode(errors="replace")
+        return raw[:48], zlib.crc32(raw)
+
+    return _memo(("sig", signature), make)  # type: ignore[no-any-return]
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PASS_THROUGH = (os.sep + os.path.join("torch", "distributed") + os.sep, _HERE + os.sep)
 
 
-def _caller() -> str:
-    """``file:line in function`` of the first frame outside torch.distributed and the in-host code."""
+def _passes_through(code: Any) -> bool:
+    return _memo(("skip", code), lambda: any(part in code.co_filename for part in _PASS_THROUGH))  # type: ignore[no-any-return]
+
+
+def _caller() -> bytes:
+    """``file:line in function`` (first 48 bytes) of the first frame outside torch.distributed and
+    the in-host code."""
     frame = sys._getframe(2)
-    while frame.f_back is not None and any(part in frame.f_code.co_filename for part in _PASS_THROUGH):
+    while frame.f_back is not None and _passes_through(frame.f_code):
         frame = frame.f_back
     code = frame.f_code
-    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+    return _memo((code, frame.f_lineno), lambda: (
+        f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}".encode(errors="replace")[:48]))
 
 
 def _wrap(name: str, function: Any, torch: Any) -> Any:
@@ -208,6 +258,7 @@ def _wrap(name: str, function: Any, torch: Any) -> Any:
     shown = [k for k in params if k not in _SKIP]
     group_pos = params.index("group") if "group" in params else None
     dist = torch.distributed
+    tensor = torch.Tensor
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -223,7 +274,7 @@ def _wrap(name: str, function: Any, torch: Any) -> Any:
                 named = dict(defaults)
                 named.update(zip(params, args))
                 named.update(kwargs)
-                signature = " ".join(f"{k}={_describe(named[k], torch)}" for k in shown if k in named)
+                signature = " ".join([f"{k}={_describe(named[k], tensor)}" for k in shown if k in named])
                 offset = ring.record(name, group, signature, _caller())
             except Exception:
                 _STATE["broken"] = True
