@@ -56,8 +56,8 @@ def once(record: bool, steps: int, port: int) -> tuple[float, int]:
         out = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                               "--master_port", str(port), str(wrapper), str(WORKLOAD)],
                              env=env, capture_output=True, text=True, check=True, cwd=tmp).stdout
-        imported = [float(x) for x in re.findall(r"BENCH_IMPORTED (\S+)", out)]
-        done = [float(x) for x in re.findall(r"BENCH_DONE (\S+) rank=0", out)]
+        imported = [float(x) for x in re.findall(r"BENCH_IMPORTED (\d+\.\d{6})", out)]
+        done = [float(x) for x in re.findall(r"BENCH_DONE (\d+\.\d{6}) rank=0", out)]
         records, _ = collectives.load(diag)
         return done[0] - max(imported), sum(len(r.calls) for r in records)
 
