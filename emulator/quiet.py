@@ -11,7 +11,8 @@ module names *which* processes failed, from what the in-host code recorded the m
   fail — e.g. the PyTorch toolkit's own ``distributed_operations.py`` test script, whose workers
   fail on ``nccl`` on a CPU instance while the script still writes its success file.
 
-Decided on purpose: a traceback that the script prints and then handles (``traceback.print_exc()``,
+Not repeated here: a launcher that fails because its child failed (torchrun's ``ChildFailedError``)
+— its exit code is what :mod:`emulator.quirks` reads. Decided on purpose: a traceback that the script prints and then handles (``traceback.print_exc()``,
 ``logging.exception``, a retry loop) is not a failure and gets no warning — only exceptions that
 ended a process or a thread are recorded. Processes killed by a signal without a Python parent
 noticing, and non-Python children, are not seen. Warnings are given only for ``Completed`` jobs
@@ -31,6 +32,9 @@ from .stacks import display_path, host_order
 
 #: At most this many processes are named per host (then "and N more").
 PER_HOST = 4
+#: Exceptions a launcher raises because a child failed: a consequence, reported through the
+#: launcher's exit code, which :mod:`emulator.quirks` already explains (torchrun's agent).
+LAUNCHER_CONSEQUENCES = frozenset({"ChildFailedError"})
 
 
 def load(diag_dir: Path, *, since: float = 0.0) -> list[dict[str, Any]]:
@@ -41,7 +45,8 @@ def load(diag_dir: Path, *, since: float = 0.0) -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and float(data.get("time", 0)) >= since:
+        if (isinstance(data, dict) and float(data.get("time", 0)) >= since
+                and data.get("exception") not in LAUNCHER_CONSEQUENCES):
             out.append(data)
     return sorted(out, key=lambda d: float(d.get("time", 0)))
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 # The protocol's values (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms);
 # tests/inhost/test_exits.py checks they are equal.
@@ -30,7 +29,7 @@ EXIT_PREFIX = "exit-"
 _COUNT = [0]
 
 
-def _where(tb: Any) -> str:
+def _where(tb: object) -> str:
     last = None
     while tb is not None:
         last, tb = tb, tb.tb_next
@@ -40,7 +39,7 @@ def _where(tb: Any) -> str:
     return f"{code.co_filename}:{last.tb_lineno} in {code.co_name}"
 
 
-def record(kind: str, exc: BaseException | None = None, tb: Any = None, **extra: Any) -> None:
+def record(kind: str, exc: BaseException | None = None, tb: object = None, **extra: object) -> None:
     """Write one record (never raises)."""
     try:
         import json
@@ -68,8 +67,8 @@ def record(kind: str, exc: BaseException | None = None, tb: Any = None, **extra:
         pass
 
 
-def _excepthook(original: Any) -> Any:
-    def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+def _excepthook(original: object) -> object:
+    def hook(exc_type: object, exc: BaseException, tb: object) -> None:
         record("uncaught", exc, tb)
         original(exc_type, exc, tb)
 
@@ -77,12 +76,12 @@ def _excepthook(original: Any) -> Any:
     return hook
 
 
-def _on_threading(threading: Any) -> None:
+def _on_threading(threading: object) -> None:
     original = threading.excepthook
     if getattr(original, "_sm_emulator_exits", False):
         return
 
-    def hook(args: Any) -> None:
+    def hook(args: object) -> None:
         if args.exc_type is not SystemExit:
             record("thread", args.exc_value, args.exc_traceback,
                    thread=getattr(args.thread, "name", None))
@@ -92,17 +91,17 @@ def _on_threading(threading: Any) -> None:
     threading.excepthook = hook
 
 
-def _on_multiprocessing(process: Any) -> None:
+def _on_multiprocessing(process: object) -> None:
     cls = process.BaseProcess
     original = cls._bootstrap
     if getattr(original, "_sm_emulator_exits", False):
         return
 
-    def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def _bootstrap(self: object, *args: object, **kwargs: object) -> object:
         caught: list[BaseException] = []
         run = self.run
 
-        def recording_run() -> Any:  # keeps the exception multiprocessing will print and drop
+        def recording_run() -> object:  # keeps the exception multiprocessing will print and drop
             try:
                 return run()
             except BaseException as exc:
