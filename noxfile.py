@@ -11,10 +11,10 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
-EXTRAS = ".[torch,docker,sdk,test,examples]"
+EXTRAS = ".[torch,docker,sdk,test,examples,plot]"
 #: SageMaker Python SDK v3 (ModelTrainer) replaces v2 in its own environment: both install `sagemaker`.
 CONSTRAINTS_SDK3 = ("-c", "constraints-sdk3.txt")
-EXTRAS_SDK3 = ".[torch,docker,sdk3,test,examples]"
+EXTRAS_SDK3 = ".[torch,docker,sdk3,test,examples,plot]"
 #: The tests that need SDK v3 (the v2 session skips them: its `sagemaker` is 2.x).
 SDK3_TESTS = "tests/test_sdk3*.py"
 #: The SDK v3 example launchers (run unchanged through `python -m emulator launch`).

@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator run|plan|reap|launch``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed.
@@ -108,6 +108,10 @@ def parser() -> argparse.ArgumentParser:
     launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
     launch.add_argument("script")
     launch.add_argument("args", nargs=argparse.REMAINDER)
+    # -- timeline --
+    timeline = sub.add_parser("timeline", help="draw JOB_DIR/timeline.png again from JOB_DIR/timeline.json")
+    timeline.add_argument("job_dir", metavar="JOB_DIR")
+    # -- end timeline --
     return p
 
 
@@ -129,6 +133,25 @@ def plan_document(request: Any, backend_name: str) -> dict[str, Any]:
                                  scratch=Path(tempfile.gettempdir()) / f"sm-emulator-{request.job_name[:20]}-<id>"
                                  / "backend-0")
     return {**job_plan.to_dict(), "launch": spec.to_dict()}
+
+
+def _timeline(job_dir: str) -> int:
+    """``python -m emulator timeline JOB_DIR``: 0 when drawn, 2 for a bad JOB_DIR, 3
+    without matplotlib."""
+    from pathlib import Path
+
+    from .timeline import redraw
+
+    try:
+        print(redraw(Path(job_dir)))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError:
+        print("error: drawing the timeline needs matplotlib: pip install 'sagemaker-cluster-emulator[plot]'",
+              file=sys.stderr)
+        return 3
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sdk.launch import launch
 
             return launch(args.script, args.args)
+        if args.command == "timeline":
+            return _timeline(args.job_dir)
     except RequestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

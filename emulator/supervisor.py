@@ -182,15 +182,18 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
-    """Faults (when any), topology diagnostics and toolkit-quirk warnings."""
+    """Faults (when any), topology diagnostics, toolkit-quirk warnings, stack capture at stop,
+    collectives out of step, quiet failures, and the timeline (last: it draws every event)."""
+    from .collectives import CollectiveCheck
     from .diagnostics import TopologyObserver
     from .faults import FaultObserver
+    from .quiet import QuietFailures
     from .quirks import QuirkObserver
+    from .stacks import StackCapture
+    from .timeline import Timeline
 
-    observers: list[Observer] = [TopologyObserver(), QuirkObserver(request.hyperparameters)]
-    if faults:
-        observers.insert(0, FaultObserver(faults))
-    return observers
+    return [*([FaultObserver(faults)] if faults else []), TopologyObserver(), QuirkObserver(request.hyperparameters),
+            StackCapture(), CollectiveCheck(), QuietFailures(), Timeline(request.job_name)]
 
 
 class _JobRun:
@@ -547,5 +550,7 @@ def _summary(result: JobResult, stream: TextIO, echo: bool, console: Sequence[st
         stream.write(paint(f"warning: {w}", "33", stream) + "\n")
     for d in result.diagnostics:
         stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
+    for line in console:
+        stream.write(line + "\n")
     stream.write(f"job.json: {result.job_dir / 'job.json'}\n")
     stream.flush()

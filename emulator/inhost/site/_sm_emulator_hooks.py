@@ -44,13 +44,24 @@ def _on_toolkit_runner(module: ModuleType) -> None:
     _sm_emulator_toolkit.patch(module)
 
 
+def _on_torch_collectives(module: ModuleType) -> None:  # debugging: collective records
+    import _sm_emulator_collectives
+
+    _sm_emulator_collectives.patch(module)
+
+
 def install() -> None:
     """Register the lazy patches."""
     import os
 
+    import _sm_emulator_exits
+    import _sm_emulator_stacks
     from _sm_emulator_importhook import when_imported
 
+    _sm_emulator_stacks.install()  # debugging: stacks on request (emulator.stacks)
+    _sm_emulator_exits.install()  # debugging: abnormal ends (emulator.quiet)
     when_imported("torch", _on_torch)
+    when_imported("torch", _on_torch_collectives)
     if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
         for name in TOOLKIT_SLEEP_MODULES:
             when_imported(name, _on_toolkit_runner)

@@ -32,10 +32,13 @@ ENV_FAST_START = "EMULATOR_FAST_START"
 ENV_FAST_START_PRELOAD = "EMULATOR_FAST_START_PRELOAD"
 #: "1": the smdistributed stand-in turns inferred limits into errors (default: warnings).
 ENV_SMDDP_STRICT = "EMULATOR_SMDDP_STRICT"
+#: "0": ranks do not record the collectives they issue (default: recorded; see DIAG_* below).
+ENV_COLLECTIVES = "EMULATOR_COLLECTIVES"
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
-                      ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT)
+                      ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
+                      ENV_COLLECTIVES)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (``bin/``, ``site/``) is mounted in docker containers.
@@ -49,6 +52,28 @@ SSHD = "/usr/sbin/sshd"
 SSH_DIR = "/etc/ssh"
 SSHD_CONFIG = f"{SSH_DIR}/sshd_config"
 SSH_PORT = 22
+#: Files ranks write in ``EMULATOR_DIAG_DIR`` (``<prefix><hostname>-<pid><suffix>``): the stack
+#: dump each Python process appends to on :data:`STACKS_SIGNAL`, the collective ring (binary,
+#: mmap'd) with its JSON side file, and the record of an exception that ended a process or thread.
+STACKS_PREFIX = "stacks-"
+COLLECTIVES_PREFIX = "coll-"
+EXIT_PREFIX = "exit-"
+#: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
+#: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
+#: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
+#: that wrote a stacks file (see ``emulator.stacks``).
+STACKS_SIGNAL = 57
+#: The collective ring ``coll-<host>-<pid>.bin`` (little endian, MAP_SHARED, so it survives a
+#: SIGKILL): a header, then ``COLL_CAPACITY`` fixed-size records written round robin.
+#: Header: magic, version, record size, capacity, records written so far (u64), owner pid.
+COLL_MAGIC = b"SMEC"
+COLL_HEADER = "<4sIIIQI36x"  # 64 bytes
+#: Record: per-group sequence number (1-based), group index and op index (into the side file's
+#: ``groups``/``ops``), state (COLL_ISSUED/RETURNED/RAISED), crc32 of the full signature, time
+#: issued and time returned (``time.time()``), signature text and call site (both truncated).
+COLL_RECORD = "<IHBBI4xdd48s48s"  # 128 bytes
+COLL_CAPACITY = 2048
+COLL_ISSUED, COLL_RETURNED, COLL_RAISED = 1, 2, 3
 #: SageMaker's container paths.
 OPT_ML = "/opt/ml"
 CODE_DIR = "/opt/ml/code"

@@ -1,0 +1,131 @@
+"""Abnormal ends, rank side: a record when an exception ends a process or a thread.
+
+Installed by ``sitecustomize`` when ``EMULATOR_DIAG_DIR`` is set. Three hooks, none of which
+costs anything until an exception escapes:
+
+- ``sys.excepthook``: an exception nobody caught ends the process (exit status 1);
+- ``threading.excepthook``: an exception ended a thread (the process may go on);
+- ``multiprocessing``'s child bootstrap: a ``multiprocessing`` child (also ``torch.multiprocessing``
+  spawn) ended with a non-zero exit code — multiprocessing catches the exception and prints it
+  itself, so ``sys.excepthook`` never sees it.
+
+Each writes ``exit-<hostname>-<pid>-<n>.json`` (kind, exception type and first line of its text,
+the innermost frame, rank, argv, time) and then does exactly what the original hook did. The
+emulator warns about these records when the job still ended ``Completed`` (``emulator.quiet``).
+A traceback that a script prints and handles itself (``traceback.print_exc()``,
+``logging.exception``) does not go through these hooks and is not recorded: on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# The protocol's values (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms);
+# tests/inhost/test_exits.py checks they are equal.
+ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
+EXIT_PREFIX = "exit-"
+
+_COUNT = [0]
+
+
+def _where(tb: object) -> str:
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    code = last.tb_frame.f_code
+    return f"{code.co_filename}:{last.tb_lineno} in {code.co_name}"
+
+
+def record(kind: str, exc: BaseException | None = None, tb: object = None, **extra: object) -> None:
+    """Write one record (never raises)."""
+    try:
+        import json
+        import time
+
+        directory = os.environ.get(ENV_DIAG_DIR)
+        if not directory:
+            return
+        _COUNT[0] += 1
+        host = os.uname().nodename
+        data = {
+            "kind": kind, "host": host, "pid": os.getpid(), "ppid": os.getppid(), "time": time.time(),
+            "rank": os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK"),
+            "argv": list(getattr(sys, "argv", []))[:6],
+            "exception": None if exc is None else type(exc).__name__,
+            "message": None if exc is None else (str(exc).strip().splitlines() or [""])[0][:300],
+            "where": _where(tb if tb is not None else getattr(exc, "__traceback__", None)),
+            **extra,
+        }  # fmt: skip
+        path = os.path.join(directory, f"{EXIT_PREFIX}{host}-{os.getpid()}-{_COUNT[0]}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(data, f)
+        os.replace(path + ".tmp", path)
+    except Exception:
+        pass
+
+
+def _excepthook(original: object) -> object:
+    def hook(exc_type: object, exc: BaseException, tb: object) -> None:
+        record("uncaught", exc, tb)
+        original(exc_type, exc, tb)
+
+    hook._sm_emulator_exits = True  # type: ignore[attr-defined]
+    return hook
+
+
+def _on_threading(threading: object) -> None:
+    original = threading.excepthook
+    if getattr(original, "_sm_emulator_exits", False):
+        return
+
+    def hook(args: object) -> None:
+        if args.exc_type is not SystemExit:
+            record("thread", args.exc_value, args.exc_traceback,
+                   thread=getattr(args.thread, "name", None))
+        original(args)
+
+    hook._sm_emulator_exits = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def _on_multiprocessing(process: object) -> None:
+    cls = process.BaseProcess
+    original = cls._bootstrap
+    if getattr(original, "_sm_emulator_exits", False):
+        return
+
+    def _bootstrap(self: object, *args: object, **kwargs: object) -> object:
+        caught: list[BaseException] = []
+        run = self.run
+
+        def recording_run() -> object:  # keeps the exception multiprocessing will print and drop
+            try:
+                return run()
+            except BaseException as exc:
+                caught.append(exc)
+                raise
+
+        self.run = recording_run
+        code = original(self, *args, **kwargs)
+        if code:
+            exc = caught[-1] if caught else None
+            record("child-exit", exc, None, code=code, process=getattr(self, "name", None))
+        return code
+
+    _bootstrap._sm_emulator_exits = True  # type: ignore[attr-defined]
+    cls._bootstrap = _bootstrap
+
+
+def install() -> None:
+    """Wrap the hooks (the original behaviour is kept: each wrapper calls the original)."""
+    if not os.environ.get(ENV_DIAG_DIR):
+        return
+    from _sm_emulator_importhook import when_imported
+
+    if not getattr(sys.excepthook, "_sm_emulator_exits", False):
+        sys.excepthook = _excepthook(sys.excepthook)
+    when_imported("threading", _on_threading)
+    when_imported("multiprocessing.process", _on_multiprocessing)
