@@ -13,7 +13,8 @@ module names *which* processes failed, from what the in-host code recorded the m
 
 Not repeated here: a launcher that fails because its child failed (torchrun's ``ChildFailedError``)
 — its exit code is what :mod:`emulator.quirks` reads. Decided on purpose: a traceback that the
-script prints and then handles (``traceback.print_exc()``, ``logging.exception``, a retry loop) is not a failure and gets no warning — only exceptions that
+script prints and then handles (``traceback.print_exc()``, ``logging.exception``, a retry loop)
+is not a failure and gets no warning — only exceptions that
 ended a process or a thread are recorded. Processes killed by a signal without a Python parent
 noticing, and non-Python children, are not seen. Warnings are given only for ``Completed`` jobs
 (a failed job says so already).
