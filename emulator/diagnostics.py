@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .inhost import protocol as P
 from .observers import FinishContext, Observer, Report
 from .result import Diagnostic  # frozen dataclass: kind, message, hosts
 
@@ -51,7 +52,8 @@ class _Process:
 def _load(diag_dir: Path) -> tuple[list[_Process], list[Diagnostic]]:
     processes: list[_Process] = []
     problems: list[Diagnostic] = []
-    for path in sorted(diag_dir.glob("*.json")):
+    other = (P.COLLECTIVES_PREFIX, P.EXIT_PREFIX, P.STACKS_PREFIX)  # records of other observers
+    for path in sorted(p for p in diag_dir.glob("*.json") if not p.name.startswith(other)):
         try:
             data = json.loads(path.read_text())
             groups = [g for g in data.get("process_groups", []) if "world_size" in g]

@@ -436,17 +436,20 @@ class _JobRun:
 def run(request: JobRequest, *, backend: str | Backend = "process", stream: TextIO | None = None,
         echo: bool = True, stop_grace: float = P.STOP_GRACE, keep_hosts: bool = False,
         faults: Sequence[Any] = (), stop: threading.Event | None = None,
-        observers: Sequence[Observer] = (), clock: Clock | None = None,
+        observers: Sequence[Observer] | None = None, clock: Clock | None = None,
         caller_env: Mapping[str, str] | None = None) -> JobResult:
     """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``.
 
     Setting ``stop`` (from another thread) stops the job as StopTrainingJob does: SIGTERM,
     ``stop_grace``, SIGKILL, status ``Stopped``. ``faults`` are :mod:`emulator.faults` values (or
-    their CLI strings) injected while the job runs; ``observers`` are added to the default ones.
+    their CLI strings) injected while the job runs; ``observers`` replace the default ones
+    (:func:`default_observers`; the faults' observer is always added when there are faults).
     ``caller_env`` (default: this process's environment) is where ``pass_env`` names and, when
     forwarded, AWS credentials are read. Raises :class:`KeyboardInterrupt` after tearing
     everything down and writing ``job.json`` (Stopped) when interrupted.
     """
+    from .faults import FaultObserver
+
     be = get_backend(backend) if isinstance(backend, str) else backend
     if faults:
         from . import faults as fault_specs
@@ -456,7 +459,9 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
         fault_specs.check(faults, request.hosts)
     be.check()
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
-                   keep_hosts=keep_hosts, observers=[*default_observers(request, faults), *observers],
+                   keep_hosts=keep_hosts,
+                   observers=default_observers(request, faults) if observers is None else
+                   [*([FaultObserver(faults)] if faults else []), *observers],
                    stop=stop or threading.Event(), clock=clock or SystemClock(),
                    caller_env=dict(os.environ) if caller_env is None else caller_env).run()
 

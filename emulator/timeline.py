@@ -178,7 +178,8 @@ def draw(data: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("seconds since the first host started")
     ax.set_title(f"{data['Job']}: {data['Status']} ({data['SecondaryStatus']})")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
