@@ -224,8 +224,8 @@ def estimate(fam, base_image: str | None = None) -> int:  # type: ignore[no-unty
 
 
 def _refresh(folder: Path) -> Path:
-    """Move ``folder``'s files aside (returned) so pip re-resolves into an empty folder, copying
-    what it can from there instead of downloading it again."""
+    """Move ``folder``'s files aside (returned) so pip fills an empty folder, copying what it can
+    from there instead of downloading it again."""
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.is_dir():
@@ -233,6 +233,37 @@ def _refresh(folder: Path) -> Path:
     folder.mkdir(parents=True)
     old.mkdir(exist_ok=True)
     return old
+
+
+#: Resolves requirements.in with the base image's own python3 (so environment markers are the
+#: image's: pip's --python-version does not change them) and writes the pins.
+_RESOLVE = """set -e
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends python3-venv python3-dev gcc >/dev/null
+python3 -m venv /tmp/v
+/tmp/v/bin/pip install -q --disable-pip-version-check -c /ctx/constraints.in pip
+/tmp/v/bin/pip install -q --disable-pip-version-check --dry-run --ignore-installed \
+    --report /ctx/report.json -c /ctx/constraints.in -r /ctx/requirements.in -r /ctx/build-only.in
+chown {owner} /ctx/report.json
+"""
+
+
+def _resolve_in(base: str, ctx: Path) -> list[str]:
+    """``name==version`` pins of ctx/requirements.in (+ build-only.in) for ``base``'s Python."""
+    name = f"sm-emulator-resolve-{os.getpid()}"
+    try:
+        done = _docker("run", "--rm", "--name", name, "--network", "bridge", "-v", f"{ctx}:/ctx",
+                       "--label", "sagemaker-emulator.helper=build", base, "bash", "-c",
+                       _RESOLVE.format(owner=f"{os.getuid()}:{os.getgid()}"))
+    finally:
+        _docker("rm", "-f", name, capture=True)
+    if done.returncode != 0:
+        raise SystemExit(f"image: resolving the requirements in {base} failed")
+    import json
+
+    report = json.loads((ctx / "report.json").read_text())
+    return sorted(f"{_norm(i['metadata']['name'])}=={i['metadata']['version']}"
+                  for i in report["install"])
 
 
 def build_family(framework: str, *, base_image: str | None, force: bool,
@@ -254,14 +285,15 @@ def build_family(framework: str, *, base_image: str | None, force: bool,
     ctx.mkdir(parents=True, exist_ok=True)
     reqs = family_requirements(fam)
     (ctx / "requirements.in").write_text("\n".join(reqs) + "\n")
+    (ctx / "build-only.in").write_text("\n".join(BUILD_ONLY) + "\n")
     (ctx / "constraints.in").write_text("\n".join(fam.constraints) + "\n")
+    pins = _resolve_in(base_image or base_tag(fam.suite), ctx)
+    say(f"image: {len(pins)} pins resolved with the image's Python {fam.python}")
     olds = [_refresh(ctx / "wheels"), _refresh(ctx / "sdist")]
     links = tuple(a for old in olds for a in ("--find-links", str(old)))
-    _download([*reqs, *BUILD_ONLY], ctx, deps=True, py_args=python_args(fam.python),
-              extra=("-c", str(ctx / "constraints.in"), *links))
+    _download(pins, ctx, deps=False, py_args=python_args(fam.python), extra=links)
     for old in olds:
         shutil.rmtree(old, ignore_errors=True)
-    pins = _pins(ctx / "wheels", ctx / "sdist")
     (ctx / "requirements.txt").write_text("# Resolved by docker/build.py --framework "
                                           f"{fam.name}.\n" + "\n".join(pins) + "\n")
     shutil.copy2(HERE / "entrypoint.sh", ctx / "entrypoint.sh")

@@ -118,11 +118,14 @@ def _minor(version: str) -> tuple[int, int]:
 
 
 _LOCKED = "aws/deep-learning-containers docker/pytorch/{v}/cpu/uv.lock"
+#: pip 24.1 refuses the legacy metadata of 2022-era wheels (pytorch-lightning 1.6.3 declares
+#: ``torch (>=1.8.*)``: "Please use pip<24.1"); those DLCs had the pip of their time.
+_OLD_PIP = "pip<24.1"
 FAMILIES: tuple[Family, ...] = (
     Family("1.12", ("1.12.0", "1.12.1"), ("py38",), "1.12.1", "torch==1.12.1", "3.9",
-           ("3.7", "3.10"), constraints=("numpy<2",), lightning="1.6.3"),
+           ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3"),
     Family("1.13", ("1.13.1",), ("py39",), "1.13.1", "torch==1.13.1", "3.9", ("3.7", "3.11"),
-           constraints=("numpy<2",), lightning="1.9.5"),
+           constraints=("numpy<2", _OLD_PIP), lightning="1.9.5"),
     Family("2.0", ("2.0.0", "2.0.1"), ("py310",), "2.0.1", "torch==2.0.1", "3.11", ("3.8", "3.11"),
            constraints=("numpy<2",), lightning="2.0.9"),
     Family("2.1", ("2.1.0",), ("py310",), "2.1.0", "torch==2.1.0", "3.11", ("3.8", "3.11"),
