@@ -32,8 +32,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / ".build"
@@ -239,9 +239,9 @@ def _refresh(folder: Path) -> Path:
 #: image's: pip's --python-version does not change them) and writes the pins.
 _RESOLVE = """set -e
 apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends python3-venv python3-dev gcc >/dev/null
+apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
 python3 -m venv /tmp/v
-/tmp/v/bin/pip install -q --disable-pip-version-check -c /ctx/constraints.in pip
+/tmp/v/bin/pip install -q --disable-pip-version-check --upgrade -c /ctx/constraints.in pip
 /tmp/v/bin/pip install -q --disable-pip-version-check --dry-run --ignore-installed \
     --report /ctx/report.json -c /ctx/constraints.in -r /ctx/requirements.in -r /ctx/build-only.in
 chown {owner} /ctx/report.json
@@ -251,8 +251,11 @@ chown {owner} /ctx/report.json
 def _resolve_in(base: str, ctx: Path) -> list[str]:
     """``name==version`` pins of ctx/requirements.in (+ build-only.in) for ``base``'s Python."""
     name = f"sm-emulator-resolve-{os.getpid()}"
+    # The host's CA bundle, as for the image (a TLS-inspecting proxy's CA may be in it).
+    ca = ["-v", f"{CA_BUNDLE}:/tmp/host-ca.crt:ro", "-e", "PIP_CERT=/tmp/host-ca.crt"] \
+        if CA_BUNDLE.is_file() else []
     try:
-        done = _docker("run", "--rm", "--name", name, "--network", "bridge", "-v", f"{ctx}:/ctx",
+        done = _docker("run", "--rm", "--name", name, "--network", "bridge", "-v", f"{ctx}:/ctx", *ca,
                        "--label", "sagemaker-emulator.helper=build", base, "bash", "-c",
                        _RESOLVE.format(owner=f"{os.getuid()}:{os.getgid()}"))
     finally:

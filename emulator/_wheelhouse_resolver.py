@@ -21,9 +21,9 @@ BUILD_BACKEND = ["setuptools", "wheel"]
 
 
 def _pip(args, log):
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"] + args
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True)
+                          text=True)
     log.write("$ " + " ".join(cmd) + "\n" + done.stdout + "\n")
     log.flush()
     return done
@@ -44,7 +44,9 @@ def main(requirements, out, uid, gid):
             result["error"] = done.stdout.strip()[-4000:]
         else:
             fetch, sdist = [], False
-            for item in json.load(open(report))["install"]:
+            with open(report) as f:
+                items = json.load(f)["install"]
+            for item in items:
                 info = item.get("download_info", {})
                 if item.get("is_direct") or "dir_info" in info or "vcs_info" in info:
                     continue  # a path, URL or VCS requirement: the host's pip handles it
@@ -53,7 +55,7 @@ def main(requirements, out, uid, gid):
                 fetch.append(item["metadata"]["name"] + "==" + item["metadata"]["version"])
             if sdist:
                 fetch += BUILD_BACKEND
-            got = _pip(["download", "--no-deps", "--quiet", "-d", wheels] + fetch, log) \
+            got = _pip(["download", "--no-deps", "--quiet", "-d", wheels, *fetch], log) \
                 if fetch else None
             if got is not None and got.returncode != 0:
                 result["error"] = got.stdout.strip()[-4000:]

@@ -45,6 +45,8 @@ RESOLVER = Path(__file__).with_name("_wheelhouse_resolver.py")
 #: Label of the helper container (``python -m emulator reap`` knows the prefix).
 HELPER_LABEL = "sagemaker-emulator.helper"
 RESOLVE_TIMEOUT = 1800.0
+#: This machine's CA bundle, given to the helper's pip (a TLS-inspecting proxy's CA may be in it).
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,9 @@ def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
     args = ["run", "--rm", "--name", name, "--label", f"{HELPER_LABEL}=wheelhouse",
             "--network", "bridge", "--entrypoint", "python",
             "--volume", f"{source_dir}:/opt/ml/code:ro", "--volume", f"{out}:/out",
-            "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro", image,
+            "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro",
+            *(["--volume", f"{CA_BUNDLE}:/tmp/sm-emulator-ca.crt:ro", "--env",
+               "PIP_CERT=/tmp/sm-emulator-ca.crt"] if CA_BUNDLE.is_file() else []), image,
             "/tmp/sm-emulator-resolver.py", "/opt/ml/code/requirements.txt", "/out",
             str(os.getuid()), str(os.getgid())]
     try:
