@@ -224,32 +224,43 @@ def estimate(fam, base_image: str | None = None) -> int:  # type: ignore[no-unty
 
 
 def _refresh(folder: Path) -> Path:
-    """Move ``folder``'s files aside (returned) so pip fills an empty folder, copying what it can
-    from there instead of downloading it again."""
+    """Move ``folder``'s files aside (returned; merged with what an interrupted build left there)
+    so pip fills an empty folder, copying what it can from there instead of downloading it."""
     old = folder.with_name(folder.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
+    old.mkdir(parents=True, exist_ok=True)
     if folder.is_dir():
-        folder.rename(old)
+        for f in folder.iterdir():
+            f.replace(old / f.name)
+        folder.rmdir()
     folder.mkdir(parents=True)
-    old.mkdir(exist_ok=True)
     return old
 
 
 #: Resolves requirements.in with the base image's own python3 (so environment markers are the
-#: image's: pip's --python-version does not change them) and writes the pins.
+#: image's: pip's --python-version does not change them) and writes the pins. Wheels only (as the
+#: image's glibc takes them), except the packages published only as sources; the context's
+#: earlier downloads serve as find-links (torch 1.12 has no separate metadata on PyPI: pip would
+#: download the 776 MB wheel again just to read it). Wheels only (as the
+#: image's glibc takes them), except the packages published only as sources; the context's
+#: earlier downloads serve as find-links (torch 1.12 has no separate metadata on PyPI: pip would
+#: download the 776 MB wheel again just to read it).
 _RESOLVE = """set -e
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
 python3 -m venv /tmp/v
 /tmp/v/bin/pip install -q --disable-pip-version-check --upgrade -c /ctx/constraints.in pip
+mkdir -p /ctx/wheels
 /tmp/v/bin/pip install -q --disable-pip-version-check --dry-run --ignore-installed \
+    --only-binary=:all: --no-binary={sdists} --find-links /ctx/wheels \
     --report /ctx/report.json -c /ctx/constraints.in -r /ctx/requirements.in -r /ctx/build-only.in
 chown {owner} /ctx/report.json
 """
 
 
-def _resolve_in(base: str, ctx: Path) -> list[str]:
-    """``name==version`` pins of ctx/requirements.in (+ build-only.in) for ``base``'s Python."""
+def _resolve_in(base: str, ctx: Path) -> dict[str, str]:
+    """``{name==version: file URL}`` of ctx/requirements.in (+ build-only.in) for ``base``'s
+    Python: the exact files the image's pip chose (its glibc takes manylinux tags the host's
+    ``pip download --platform`` list would have to guess)."""
     name = f"sm-emulator-resolve-{os.getpid()}"
     # The host's CA bundle, as for the image (a TLS-inspecting proxy's CA may be in it).
     ca = ["-v", f"{CA_BUNDLE}:/tmp/host-ca.crt:ro", "-e", "PIP_CERT=/tmp/host-ca.crt"] \
@@ -257,7 +268,8 @@ def _resolve_in(base: str, ctx: Path) -> list[str]:
     try:
         done = _docker("run", "--rm", "--name", name, "--network", "bridge", "-v", f"{ctx}:/ctx", *ca,
                        "--label", "sagemaker-emulator.helper=build", base, "bash", "-c",
-                       _RESOLVE.format(owner=f"{os.getuid()}:{os.getgid()}"))
+                       _RESOLVE.format(owner=f"{os.getuid()}:{os.getgid()}",
+                                       sdists=",".join(sorted(SDIST_ONLY))))
     finally:
         _docker("rm", "-f", name, capture=True)
     if done.returncode != 0:
@@ -265,8 +277,27 @@ def _resolve_in(base: str, ctx: Path) -> list[str]:
     import json
 
     report = json.loads((ctx / "report.json").read_text())
-    return sorted(f"{_norm(i['metadata']['name'])}=={i['metadata']['version']}"
-                  for i in report["install"])
+    return {f"{_norm(i['metadata']['name'])}=={i['metadata']['version']}": i["download_info"]["url"]
+            for i in report["install"]}
+
+
+def _fetch(urls: list[str], dest: Path, old: Path) -> None:
+    """Put the files at ``urls`` into ``dest``: from ``old`` when an earlier build downloaded
+    them, else with pip (``--no-deps``: exactly these files)."""
+    from urllib.parse import unquote, urlsplit
+
+    dest.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for url in urls:
+        name = unquote(Path(urlsplit(url).path).name)
+        if (old / name).is_file():
+            (old / name).replace(dest / name)
+        elif url.startswith("file://"):
+            shutil.copyfile(unquote(urlsplit(url).path), dest / name)
+        else:
+            missing.append(url)
+    if missing:
+        _pip("download", "-q", "--no-deps", "-d", str(dest), *missing)
 
 
 def build_family(framework: str, *, base_image: str | None, force: bool,
@@ -290,11 +321,13 @@ def build_family(framework: str, *, base_image: str | None, force: bool,
     (ctx / "requirements.in").write_text("\n".join(reqs) + "\n")
     (ctx / "build-only.in").write_text("\n".join(BUILD_ONLY) + "\n")
     (ctx / "constraints.in").write_text("\n".join(fam.constraints) + "\n")
-    pins = _resolve_in(base_image or base_tag(fam.suite), ctx)
+    files = _resolve_in(base_image or base_tag(fam.suite), ctx)
+    pins = sorted(files)
     say(f"image: {len(pins)} pins resolved with the image's Python {fam.python}")
     olds = [_refresh(ctx / "wheels"), _refresh(ctx / "sdist")]
-    links = tuple(a for old in olds for a in ("--find-links", str(old)))
-    _download(pins, ctx, deps=False, py_args=python_args(fam.python), extra=links)
+    urls = list(files.values())
+    _fetch([u for u in urls if u.endswith(".whl")], ctx / "wheels", olds[0])
+    _fetch([u for u in urls if not u.endswith(".whl")], ctx / "sdist", olds[1])
     for old in olds:
         shutil.rmtree(old, ignore_errors=True)
     (ctx / "requirements.txt").write_text("# Resolved by docker/build.py --framework "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 
