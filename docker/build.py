@@ -166,9 +166,13 @@ def build(*, base_image: str | None, force: bool) -> str:
 
 
 # ---- framework family images (emulator/frameworks.py) -------------------------------------------
-#: Measured cold build times (minutes, 2-core machine, base image included) used for the estimate
-#: shown before a build; families with nvidia-* wheels download and unpack ~3 GB more.
-ESTIMATE_MIN = {"base": 2, "plain": 5, "cuda_wheels": 10}
+#: Minutes a cold build takes on the 2-core CI machine, for the estimate shown before a build:
+#: measured for torch 1.12 (base 130 s, image 925 s with the machine shared, load ~9); families
+#: with nvidia-* wheels download and unpack ~3 GB more (not measured: an estimate).
+ESTIMATE_MIN = {"base": 2, "plain": 15, "cuda_wheels": 25}
+#: Debian packages an image of that suite needs besides the Dockerfile's (bullseye's pip on
+#: Python 3.9 imports distutils, packaged separately there).
+SUITE_PACKAGES = {"bullseye": ("python3-distutils",)}
 #: Lines of requirements.in that are the default image's own (the family decides these).
 _FAMILY_OWNED = {"torch", "pytorch-lightning", "sagemaker-training", "sagemaker-pytorch-training"}
 
@@ -217,7 +221,9 @@ def family_tag(fam, base_image: str | None = None) -> str | None:  # type: ignor
 
 def estimate(fam, base_image: str | None = None) -> int:  # type: ignore[no-untyped-def]
     """Minutes a cold build of ``fam``'s image takes here (for the progress line)."""
-    minutes = ESTIMATE_MIN["cuda_wheels" if fam.cuda_wheels else "plain"]
+    # From torch 1.13 on, PyPI's CUDA builds pull the nvidia-* wheels (1.12 has CUDA inside).
+    nvidia = fam.cuda_wheels and tuple(int(x) for x in fam.torch.split(".")[:2]) >= (1, 13)
+    minutes = ESTIMATE_MIN["cuda_wheels" if nvidia else "plain"]
     if base_image is None and _image_id(base_tag(fam.suite)) is None:
         minutes += ESTIMATE_MIN["base"]
     return minutes
@@ -341,6 +347,7 @@ def build_family(framework: str, *, base_image: str | None, force: bool,
     say(f"image: downloads done in {time.monotonic() - start:.0f}s; docker build {tag}")
     cmd = ["build", "--force-rm", "--build-arg", f"BASE_IMAGE={base_image or base_tag(fam.suite)}",
            "--build-arg", "CHECK_IMPORTS=torch, mpi4py.MPI, sagemaker_training",
+           "--build-arg", f"EXTRA_PACKAGES={' '.join(SUITE_PACKAGES.get(fam.suite, ()))}",
            "-f", str(HERE / "Dockerfile"), "-t", tag,
            "--label", f"sagemaker-emulator.inputs={tag}",
            "--label", f"sagemaker-emulator.framework={fam.name}",

@@ -59,7 +59,8 @@ def test_image_holds_the_family_torch_python_and_toolkits() -> None:
               m.version('pip'))
         """, gpus=0)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["(3,", "9)", "1.12.1", "5.1.4", "3.0.0", "24.0"], done.stdout
+    # PyPI's torch 1.12.1 manylinux1 wheel is the CUDA 10.2 build: it reports "+cu102".
+    assert done.stdout.split() == ["(3,", "9)", "1.12.1+cu102", "5.1.4", "3.0.0", "24.0"], done.stdout
 
 
 @needs_image
