@@ -121,7 +121,7 @@ def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
 
 def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
     """The wheelhouse for ``source_dir/requirements.txt`` in ``image``; resolved once per
-    (requirements, image id) under a file lock, then reused. Never raises for requirements pip
+    (requirements, image id) under a file lock, then reused (a failed resolution is retried). Never raises for requirements pip
     cannot resolve: the result says so, and the hosts' own pip reports it."""
     text = (source_dir / "requirements.txt").read_text()
     key = cache_key(text, image_id(image))
@@ -129,7 +129,9 @@ def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "result.json").is_file():
+        # A failed resolution is tried again (it may have been the network); a success is kept.
+        if not (folder / "result.json").is_file() or \
+                not json.loads((folder / "result.json").read_text())["resolved"]:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache))
             try:
                 (tmp / "wheels").mkdir()

@@ -75,8 +75,9 @@ def main():
     pl.seed_everything(0)
     train, val = random_split(load(args.data_dir), [896, 128],
                               generator=torch.Generator().manual_seed(0))
+    # The accelerator comes from the strategy: Lightning 1.6 refuses it in both places.
     trainer = pl.Trainer(max_epochs=args.epochs, strategy=ddp, devices=num_gpus,
-                         num_nodes=num_nodes, accelerator="gpu", enable_progress_bar=False,
+                         num_nodes=num_nodes, enable_progress_bar=False,
                          enable_checkpointing=False, logger=False, enable_model_summary=False)
     model = Classifier(args.lr)
     trainer.fit(model, DataLoader(train, batch_size=args.batch_size, shuffle=True),
