@@ -135,7 +135,8 @@ def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache))
             try:
                 (tmp / "wheels").mkdir()
-                _resolve(source_dir.resolve(), image, tmp, f"sm-emulator-wheelhouse-{key}-{os.getpid()}")
+                name = f"sm-emulator-wheelhouse-{key}-{os.getpid()}"
+                _resolve(source_dir.resolve(), image, tmp, name)
                 (tmp / "pip.conf").write_text(pip_conf())
                 shutil.rmtree(folder, ignore_errors=True)
                 tmp.rename(folder)
