@@ -121,8 +121,9 @@ def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
 
 def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
     """The wheelhouse for ``source_dir/requirements.txt`` in ``image``; resolved once per
-    (requirements, image id) under a file lock, then reused (a failed resolution is retried). Never raises for requirements pip
-    cannot resolve: the result says so, and the hosts' own pip reports it."""
+    (requirements, image id) under a file lock, then reused (a failed resolution is retried).
+    Never raises for requirements pip cannot resolve: the result says so, and the hosts' own pip
+    reports it."""
     text = (source_dir / "requirements.txt").read_text()
     key = cache_key(text, image_id(image))
     folder = cache / key
