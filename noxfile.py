@@ -73,7 +73,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 def image(session: nox.Session) -> None:
-    """Build the docker base (debootstrap) and the emulator image; skipped when inputs are unchanged."""
+    """Build the docker base (debootstrap) and the emulator image (`-- --framework 1.12`: a DLC
+    family's image); skipped when inputs are unchanged."""
     session.run(sys.executable, "docker/build.py", *session.posargs)
 
 

@@ -2,7 +2,8 @@
 # Build a minimal Debian bookworm base image without Docker Hub: debootstrap (variant minbase)
 # into a temporary folder, then `docker import` it. Skips when the tag already exists.
 #
-# Usage: docker/build-base.sh [TAG]          (default sagemaker-emulator-base:bookworm)
+# Usage: docker/build-base.sh [TAG] [SUITE]  (default sagemaker-emulator-base:bookworm bookworm;
+#        bullseye for the Python 3.9 framework images, trixie for 3.13)
 # Env:   DEBIAN_MIRROR  apt mirror for debootstrap (default: the first deb.debian.org-style
 #                       URI in this machine's apt sources, else http://deb.debian.org/debian)
 #        FORCE=1        rebuild even if the tag exists
@@ -10,7 +11,7 @@
 set -euo pipefail
 
 TAG="${1:-sagemaker-emulator-base:bookworm}"
-SUITE=bookworm
+SUITE="${2:-bookworm}"
 
 if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
     echo "build-base: $TAG exists, skipping (FORCE=1 to rebuild)"

@@ -37,6 +37,15 @@ def translate_backend(backend: Any) -> Any:
     return ",".join(dict.fromkeys(parts))
 
 
+def _backend_registered(dist: Any, name: str) -> bool:
+    """Whether a third-party backend is registered: ``Backend._plugins`` from torch 2.0, a
+    ``Backend.<NAME>`` attribute before (torch 1.12/1.13 ``register_backend``)."""
+    plugins = getattr(dist.Backend, "_plugins", None)
+    if plugins is not None:
+        return name.upper() in plugins
+    return hasattr(dist.Backend, name.upper())
+
+
 def _patch_distributed(torch: Any) -> None:
     dist = torch.distributed
     if not dist.is_available() or getattr(dist, "_sm_emulator_patched", False):
@@ -55,7 +64,7 @@ def _patch_distributed(torch: Any) -> None:
             device_id = arguments.get("device_id")
             if device_id is not None and _sm_emulator_cuda.map_device(device_id) == "cpu":
                 arguments["device_id"] = None
-        if str(requested).lower() == "smddp" and "SMDDP" not in dist.Backend._plugins:
+        if str(requested).lower() == "smddp" and not _backend_registered(dist, "smddp"):
             log_once(
                 "smddp-missing",
                 "backend 'smddp' is registered by `import "

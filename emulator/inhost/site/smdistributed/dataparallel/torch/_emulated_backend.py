@@ -161,12 +161,22 @@ def _install(name: str, wrap: Any) -> None:
     patches.wrap("smddp-limits", c10d, name, make)
 
 
+def _register_backend() -> None:
+    """``Backend.register_backend`` across torch versions: 2.1+ takes ``devices`` (without it,
+    the backend is registered for CUDA only there); 1.12 to 2.0 take ``(name, func)``."""
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params:
+        dist.Backend.register_backend(NAME, _create, devices=["cpu", "cuda"])
+    else:
+        dist.Backend.register_backend(NAME, _create)
+
+
 def register() -> None:
     """Register the ``smddp`` backend and its checks (once per process)."""
     if getattr(dist, "_sm_emulator_smddp", False):
         return
     dist._sm_emulator_smddp = True
-    dist.Backend.register_backend(NAME, _create, devices=["cpu", "cuda"])
+    _register_backend()
     for name in ("all_reduce", "reduce", "all_reduce_coalesced"):
         _install(name, functools.partial(_check_op, name))
     for name in UNSUPPORTED:

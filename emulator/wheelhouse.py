@@ -1,0 +1,150 @@
+"""``requirements.txt`` on the docker backend: a wheelhouse resolved on this machine.
+
+On SageMaker the toolkit runs ``python -m pip install -r requirements.txt`` in every container,
+and pip downloads from PyPI. Emulated hosts have no egress, so before the job starts the emulator
+resolves the requirements *here*, in a short-lived helper container of the job's own image on
+docker's default network (``_wheelhouse_resolver.py``: the image's pip runs ``install --dry-run
+--report``, then downloads what the image lacks). The wheelhouse folder is cached by
+(requirements, image id) and mounted read-only into every host with a pip configuration file at
+``/etc/pip.conf`` (``no-index``, ``find-links``): pip's global configuration, so the script's
+environment gets no ``PIP_*`` variable it would not have on SageMaker. The toolkit's own install
+step then runs unchanged and offline.
+
+What is emulated: which distributions pip installs (the image's own pip, Python, environment
+markers and wheel tags; what the image has and satisfies stays, as pip's only-if-needed strategy
+does), sdists built in the host (``setuptools``/``wheel`` are added for pip's build isolation),
+and the failure: a requirement that cannot be resolved leaves the wheelhouse without it, so the
+hosts' pip fails and the toolkit reports ``InstallRequirementsError`` as on SageMaker.
+
+Not emulated: pip's download messages (``Processing /opt/sm-emulator/wheelhouse/…`` instead of
+``Downloading …``); VCS and URL requirements (unreachable from hosts, as from any emulated host);
+hosts see ``/etc/pip.conf`` and the mounted folder. Why not ``pip download --python-version``
+here: pip evaluates environment markers with the running interpreter (measured: for Python 3.9
+it picks urllib3 2.x although botocore asks ``urllib3<1.27; python_version < "3.10"``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BackendUnavailable
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
+#: Where hosts see the wheelhouse and the pip configuration that points at it.
+HOST_WHEELHOUSE = "/opt/sm-emulator/wheelhouse"
+HOST_PIP_CONF = "/etc/pip.conf"
+RESOLVER = Path(__file__).with_name("_wheelhouse_resolver.py")
+#: Label of the helper container (``python -m emulator reap`` knows the prefix).
+HELPER_LABEL = "sagemaker-emulator.helper"
+RESOLVE_TIMEOUT = 1800.0
+#: This machine's CA bundle, given to the helper's pip (a TLS-inspecting proxy's CA may be in it).
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    """A prepared wheelhouse: ``folder`` holds ``wheels/``, ``pip.conf`` and ``pip.log``."""
+
+    folder: Path
+    key: str
+    resolved: bool  #: False: pip could not resolve; the hosts' pip will fail the same way
+    error: str  #: pip's last lines when not resolved
+    files: tuple[str, ...]  #: what was downloaded (the image has the rest)
+
+    def mounts(self) -> dict[str, Path]:
+        """Read-only bind mounts every host needs: container path -> path on this machine."""
+        return {HOST_WHEELHOUSE: self.folder / "wheels", HOST_PIP_CONF: self.folder / "pip.conf"}
+
+    @property
+    def log(self) -> Path:
+        """pip's output of the resolution (for the job's log)."""
+        return self.folder / "pip.log"
+
+
+def pip_conf() -> str:
+    """The hosts' ``/etc/pip.conf``: only the wheelhouse, never an index."""
+    return f"[global]\nno-index = true\nfind-links = {HOST_WHEELHOUSE}\n"
+
+
+def cache_key(requirements: str, image_id: str) -> str:
+    h = hashlib.sha256()
+    for part in (requirements, image_id, pip_conf(), RESOLVER.read_text()):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _docker(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    if shutil.which("docker") is None:
+        raise BackendUnavailable("requirements.txt on the docker backend needs the docker CLI "
+                                 "(apt-get install docker.io)")
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def image_id(image: str) -> str:
+    done = _docker("image", "inspect", "-f", "{{.Id}}", image)
+    if done.returncode != 0:
+        raise BackendUnavailable(f"docker image {image} is not on this engine: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
+    """Run the resolver in a helper container of ``image`` (removed whatever happens)."""
+    args = ["run", "--rm", "--name", name, "--label", f"{HELPER_LABEL}=wheelhouse",
+            "--network", "bridge", "--entrypoint", "python",
+            "--volume", f"{source_dir}:/opt/ml/code:ro", "--volume", f"{out}:/out",
+            "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro",
+            *(["--volume", f"{CA_BUNDLE}:/tmp/sm-emulator-ca.crt:ro", "--env",
+               "PIP_CERT=/tmp/sm-emulator-ca.crt"] if CA_BUNDLE.is_file() else []), image,
+            "/tmp/sm-emulator-resolver.py", "/opt/ml/code/requirements.txt", "/out",
+            str(os.getuid()), str(os.getgid())]
+    try:
+        done = _docker(*args, timeout=RESOLVE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        done = None
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    if not (out / "result.json").is_file():
+        why = "timed out" if done is None else (done.stderr or done.stdout).strip()[-2000:]
+        (out / "result.json").write_text(json.dumps(
+            {"resolved": False, "error": f"the wheelhouse helper container failed: {why}",
+             "files": []}))
+
+
+def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
+    """The wheelhouse for ``source_dir/requirements.txt`` in ``image``; resolved once per
+    (requirements, image id) under a file lock, then reused (a failed resolution is retried).
+    Never raises for requirements pip cannot resolve: the result says so, and the hosts' own pip
+    reports it."""
+    text = (source_dir / "requirements.txt").read_text()
+    key = cache_key(text, image_id(image))
+    folder = cache / key
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # A failed resolution is tried again (it may have been the network); a success is kept.
+        if not (folder / "result.json").is_file() or \
+                not json.loads((folder / "result.json").read_text())["resolved"]:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache))
+            try:
+                (tmp / "wheels").mkdir()
+                name = f"sm-emulator-wheelhouse-{key}-{os.getpid()}"
+                _resolve(source_dir.resolve(), image, tmp, name)
+                (tmp / "pip.conf").write_text(pip_conf())
+                shutil.rmtree(folder, ignore_errors=True)
+                tmp.rename(folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    data = json.loads((folder / "result.json").read_text())
+    return Wheelhouse(folder, key, bool(data["resolved"]), data["error"], tuple(data["files"]))
+
+
+__all__ = ["HOST_PIP_CONF", "HOST_WHEELHOUSE", "Wheelhouse", "pip_conf", "prepare"]

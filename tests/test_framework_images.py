@@ -1,0 +1,100 @@
+"""Framework images (docker/build.py --framework, emulator/images.py) and the in-host package on
+their torch: the torch 1.12 image runs the CUDA-on-CPU patches, nccl -> gloo and the smddp
+stand-in as the docker backend mounts them (``inhost_mounts``: the in-host folder read-only at
+/opt/sm-emulator/inhost, ``PYTHONPATH=<inhost>/site``, ``EMULATOR_INHOST=1``,
+``EMULATOR_GPU_COUNT``).
+
+The image tests are skipped unless the torch 1.12 image is built (``nox -s image -- --framework
+1.12``; .ci/setup builds it). Oracles: torch's own results (a 2-rank all_reduce SUM of ranks
+1 and 2 is 3; gloo is what the group reports), Lightning's own ``Trainer``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+import pytest
+
+from emulator import frameworks, images
+from emulator.inhost import ROOT as INHOST
+
+FAMILY = frameworks.family("1.12")
+
+
+def _tag() -> str | None:
+    try:
+        return images.family_image(FAMILY)
+    except Exception:  # no docker CLI / engine
+        return None
+
+
+TAG = _tag()
+needs_image = pytest.mark.skipif(TAG is None, reason="the torch 1.12 image is not built "
+                                 "(nox -s image -- --framework 1.12)")
+
+
+def test_default_and_current_run_the_default_image() -> None:
+    assert images.image_for(None) == "sagemaker-emulator:latest"
+    assert images.image_for(frameworks.select("current")) == "sagemaker-emulator:latest"
+
+
+def _run(script: str, *, gpus: int = 2, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    assert TAG is not None
+    cmd = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
+           f"--volume={INHOST}:/opt/sm-emulator/inhost:ro",
+           "--env", "PYTHONPATH=/opt/sm-emulator/inhost/site", "--env", "EMULATOR_INHOST=1",
+           "--env", f"EMULATOR_GPU_COUNT={gpus}", "--env", "EMULATOR_GPU_MODEL=NVIDIA A100-SXM4-40GB",
+           "--env", "SAGEMAKER_INSTANCE_TYPE=ml.p4d.24xlarge", *extra, TAG, "-c",
+           textwrap.dedent(script)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@needs_image
+def test_image_holds_the_family_torch_python_and_toolkits() -> None:
+    done = _run("""
+        import sys, torch, importlib.metadata as m
+        print(sys.version_info[:2], torch.__version__,
+              m.version('sagemaker-training'), m.version('sagemaker-pytorch-training'),
+              m.version('pip'))
+        """, gpus=0)
+    assert done.returncode == 0, done.stderr
+    # PyPI's torch 1.12.1 manylinux1 wheel is the CUDA 10.2 build: it reports "+cu102".
+    assert done.stdout.split() == ["(3,", "9)", "1.12.1+cu102", "5.1.4", "3.0.0", "24.0"], done.stdout
+
+
+@needs_image
+def test_cuda_on_cpu_nccl_and_smddp_on_torch_1_12() -> None:
+    done = _run("""
+        import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+        def rank(r, backend):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + len(backend)))
+            if backend == "smddp":
+                import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401
+            torch.cuda.set_device(r)
+            dist.init_process_group(backend, rank=r, world_size=2)
+            t = torch.tensor([float(r + 1)]).cuda()
+            dist.all_reduce(t)
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1).cuda(),
+                                                              device_ids=[r])
+            model(torch.ones(1, 2).cuda()).sum().backward()
+            if backend == "smddp":
+                try:
+                    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                except RuntimeError as e:
+                    print(f"refused {e}")
+            print(f"rank {r} {backend} {dist.get_backend()} {t.item()} {t.device} "
+                  f"{torch.cuda.is_available()} {torch.cuda.device_count()}", flush=True)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            for backend in ("nccl", "smddp"):
+                mp.start_processes(rank, args=(backend,), nprocs=2, start_method="fork")
+        """)
+    out = done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    for r in (0, 1):
+        assert f"rank {r} nccl gloo 3.0 cpu True 2" in out, out
+        assert f"rank {r} smddp smddp 3.0 cpu True 2" in out, out
+    assert out.count("refused SMDDP does not support: ReduceOp") == 2, out
