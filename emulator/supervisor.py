@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from . import materialise
+from . import deviations, materialise
 from . import plan as planning
 from .archives import build_archive
 from .backends import get_backend
@@ -408,8 +408,7 @@ class _JobRun:
             "SpotInterruptions": spot,
             "Faults": [],
             "Warnings": merged.warnings,
-            "Deviations": [text for on, text in ((request.short_toolkit_sleeps, "toolkit MPI sleeps capped at 1 s"),
-                                                 (request.fast_start, "fast rank start (forked ranks)")) if on],
+            "Deviations": deviations.for_request(request),
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
         })

@@ -1,0 +1,20 @@
+"""What a job does differently from SageMaker because of how it was asked to run.
+
+Each entry is a sentence for ``job.json``'s ``Emulator.Deviations`` (and the console). Only
+deviations a request or an option chose are listed here; the emulator's fixed differences are in
+the README's "What is and is not emulated".
+"""
+
+from __future__ import annotations
+
+from .request import JobRequest
+
+
+def for_request(request: JobRequest) -> list[str]:
+    """The deviations ``request`` asks for (one sentence each)."""
+    out = []
+    if request.short_toolkit_sleeps:
+        out.append("toolkit MPI sleeps capped at 1 s")
+    if request.fast_start:
+        out.append("fast rank start (forked ranks)")
+    return out
