@@ -97,7 +97,8 @@ def test_nccl_ddp_and_diagnostics_under_torchrun(run_script: Any, tmp_path: Any)
     assert "'nccl' runs on gloo" in result.stderr
     from emulator.inhost.protocol import COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX
 
-    records = [p for p in diag.glob("*.json") if not p.name.startswith((COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX))]
+    others = (COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX)
+    records = [p for p in diag.glob("*.json") if not p.name.startswith(others)]
     assert len(records) == 2  # one topology record per rank (other observers' records aside)
     kinds = sorted(d.kind for d in analyze(diag))
     assert kinds == ["sampler-mismatch", "sampler-mismatch"], analyze(diag)
