@@ -4,16 +4,15 @@ hosts through ``OMPI_MCA_plm_rsh_agent=sm-emulator-rsh`` and the namespace agent
 toolkit's three sshd-bound functions are replaced in-host (``_sm_emulator_nosshd``).
 
 Skipped as root (the fallback is for non-root; root gets real sshd, see test_mpi_launch.py). CI
-runs this file as an ordinary user through ``.ci/unprivileged``.
+runs this file as an ordinary user through ``.ci/unprivileged``, where a missing mpirun or mpi4py
+fails the tests (``CI=true``; see ``require`` in conftest.py) instead of skipping them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ import pytest
 
 import emulator
 from emulator.result import JobResult
+
+from .conftest import require_mpi
 
 SCRIPTS = Path(__file__).parent / "scripts"
 BASE = dict(entry_point="mpi_env_report.py", source_dir=SCRIPTS, instance_count=2,
@@ -31,16 +32,14 @@ JOBS: dict[str, dict[str, Any]] = {
     "pytorchddp": dict(distribution={"pytorchddp": {"enabled": True}}, hyperparameters={"mode": "ddp"}),
 }
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() == 0, reason="the no-sshd fallback is for non-root (root runs real sshd; "
-                       "CI runs this file as a non-root user through .ci/unprivileged)"),
-    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or shutil.which("mpirun") is None,
-                       reason="needs Open MPI (mpirun) and mpi4py"),
-]
+pytestmark = pytest.mark.skipif(
+    os.geteuid() == 0, reason="the no-sshd fallback is for non-root (root runs real sshd; CI runs this file "
+    "as a non-root user through .ci/unprivileged)")
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
+    require_mpi()
     return {name: emulator.run(output_path=tmp_path_factory.mktemp(name), job_name=f"nonroot-{name}",
                                echo=False, stop_grace=2, **BASE, **extra)
             for name, extra in JOBS.items()}
