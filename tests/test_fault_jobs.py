@@ -7,6 +7,7 @@ wall clock of the whole test.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -52,26 +53,45 @@ def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
 
 
 def test_network_cut_host_hangs_its_peer_until_max_runtime(tmp_path: Path) -> None:
+    """README fault table, ``netcut``: connections get no answer (no RST), an exchange between the
+    hosts hangs, the job ends at MaxRuntime (Stopped / MaxRuntimeExceeded, no FailureReason)."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "talk.py").write_text(
-        "import socket, time\n"
-        "print('READY', flush=True)\n"
-        "time.sleep(2)\n"
+        "import socket, threading, time\n"
         "peer = 'algo-1' if socket.gethostname() == 'algo-2' else 'algo-2'\n"
-        "try:\n"
-        "    socket.create_connection((peer, 9), timeout=2)\n"
-        "except OSError as e:\n"
-        "    print('CONNECT', type(e).__name__, flush=True)\n")
+        "server = socket.create_server(('', 7000))\n"
+        "threading.Thread(target=server.accept, daemon=True).start()\n"
+        "print('READY', flush=True)\n"
+        "while True:\n"  # port 9 is closed: while the link is up, the peer refuses at once
+        "    try:\n"
+        "        socket.create_connection((peer, 9), timeout=2)\n"
+        "    except ConnectionRefusedError:\n"
+        "        time.sleep(0.5)\n"
+        "    except OSError as e:\n"
+        "        print('CONNECT', type(e).__name__, e, flush=True)\n"
+        "        break\n"
+        "while True:\n"  # then the exchange: reach the peer's listener, as a collective would
+        "    try:\n"
+        "        socket.create_connection((peer, 7000), timeout=2).close()\n"
+        "        print('EXCHANGED', flush=True)\n"
+        "        break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.5)\n")
     result = emulator.run(entry_point="talk.py", source_dir=src, instance_count=2, output_path=tmp_path / "o",
-                          job_name="netcut", echo=False, stop_grace=1, max_run=60,
+                          job_name="netcut", echo=False, stop_grace=1, max_run=40,
                           faults=["netcut:algo-2@log=/READY/"])
-    assert result.status == "Completed"
-    # Port 9 is closed: with the network intact each side would be refused at once. The cut host
-    # has no link and its peer gets no answer, so neither is refused.
+    assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
+    assert result.failure_reason is None
+    assert [e["Action"] for e in result.description["Emulator"]["Faults"]] and all(
+        e["Host"] == "algo-2" for e in result.description["Emulator"]["Faults"])
+    # After the cut, the cut host has no link and its peer gets no answer (no RST: a timeout, not a
+    # refusal), and the exchange never gets through.
     for host in ("algo-1", "algo-2"):
         log = result.log(host)
-        assert "CONNECT" in log and "ConnectionRefusedError" not in log, log[-500:]
+        found = re.search(r"^CONNECT (\w+)", log, re.M)
+        assert found and found.group(1) in ("TimeoutError", "OSError"), log[-800:]
+        assert "EXCHANGED" not in log, log[-800:]
 
 
 def test_spot_interruption_resumes_from_checkpoints(tmp_path: Path) -> None:

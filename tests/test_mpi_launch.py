@@ -132,15 +132,17 @@ def test_every_rank_environment(jobs: dict[str, tuple[JobResult, float]], name: 
         remote = rank >= 2  # launched by orted through algo-2's sshd
         assert ("SSH_CONNECTION" in env) == remote
         if name == "mpi":
-            # -x SM_*: every rank sees the master's SM_* values (reference §3.5).
+            # -x SM_*: every rank sees the master's SM_* values (sagemaker-training 5.1.4, mpi.py:
+            # the master's mpirun exports every name of the toolkit's environment).
             assert env["SM_CURRENT_HOST"] == "algo-1"
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == "algo-1"
             assert "RANK" not in env and "WORLD_SIZE" not in env and "LOCAL_RANK" not in env
             assert not any(k.startswith("SMDATAPARALLEL_") for k in env)
             assert env["SM_HP_MSG"] == MSG
         else:
-            # No -x SM_*: local ranks inherit algo-1's, remote ranks read algo-2's own values from
-            # its /etc/environment through sshd's pam_env (reference §3.6).
+            # No -x SM_* (smdataparallel.py): local ranks inherit algo-1's, remote ranks read algo-2's
+            # own values from the /etc/environment its toolkit wrote (mpi.py, _write_env_vars_to_file)
+            # through sshd's pam_env.
             assert env["SM_CURRENT_HOST"] == host
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host
             assert env["SMDATAPARALLEL_USE_HOMOGENEOUS"] == "1"
