@@ -22,6 +22,7 @@ Leaked processes are killed after the check so one bad test does not poison the 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import shutil
@@ -202,6 +203,14 @@ def require(what: str, missing: list[str]) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def import_or_skip(name: str) -> Any:
+    """``pytest.importorskip``, except under ``CI=true``, where a missing module is an error: CI
+    installs every extra the tests use (``nox -s tests``)."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
 
 
 def mpi_missing() -> list[str]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import require_mpi
+from .conftest import import_or_skip, require_mpi
 
-pytest.importorskip("sagemaker")
-pytest.importorskip("moto")
+import_or_skip("sagemaker")
+import_or_skip("moto")
 
 #: A 2-host job takes ~40-70 s on 2 shared cores (two torch imports per host).
 LAUNCH_TIMEOUT = 300

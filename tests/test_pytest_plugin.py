@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import import_or_skip
+
 pytest_plugins = ["pytester"]
 
 TRAIN_OK = """\
@@ -105,7 +107,7 @@ def test_real_without_settings_is_a_usage_error(user_repo: pytest.Pytester) -> N
 
 
 def test_two_cluster_tests_run_at_once_under_xdist(user_repo: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
+    import_or_skip("xdist")
     (user_repo.path / "tests" / "test_parallel.py").write_text(PARALLEL_TESTS)
     result = user_repo.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
@@ -126,8 +128,8 @@ def test_two_cluster_tests_run_at_once_under_xdist(user_repo: pytest.Pytester) -
 def test_real_path_submits_the_request_the_emulator_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run ``run_real`` against moto (S3, logs) and a stubbed SageMaker client; compare the
     CreateTrainingJob it sends with the emulator's request for the same keyword arguments."""
-    pytest.importorskip("sagemaker")
-    moto = pytest.importorskip("moto")
+    import_or_skip("sagemaker")
+    moto = import_or_skip("moto")
     import boto3
     from botocore.stub import Stubber
     from sm_emulator_fixtures.real import RealSettings, run_real

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("sagemaker")
-pytest.importorskip("moto")
+from .conftest import import_or_skip
+
+import_or_skip("sagemaker")
+import_or_skip("moto")
 
 TRAIN = """\
 import json, os, sys, time

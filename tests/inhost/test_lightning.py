@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pytorch_lightning")
+from ..conftest import import_or_skip
+
+import_or_skip("pytorch_lightning")
 
 LIGHTNING_SCRIPT = """
 import os
