@@ -275,7 +275,7 @@ def render(results: dict[str, Any]) -> str:
             f"Machine: {meta['machine']}; load average before {meta['load_before']}, after "
             f"{meta['load_after']}; run took {meta['duration_s']:.0f} s. Medians over the repetitions.", "",
             markdown_table(["case", "ranks", "status", "reps", "wall", "× baseline", "first line (all hosts)",
-                            "emulator CPU", "hosts CPU (rusage / sampled)", "peak mem (private est.)",
+                            "emulator CPU (incl. helpers)", "hosts CPU (rusage / sampled)", "peak mem (private est.)",
                             "peak RSS / rank"], rows), ""]
     tk = results.get("toolkit_share")
     if tk:

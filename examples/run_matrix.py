@@ -218,7 +218,8 @@ def run_one(scenario: Scenario, *, work: Path, backend: str = "process", echo: b
     job_dir = jobs[0].parent
     description = json.loads(jobs[0].read_text())
     outputs = _members(job_dir / "output" / "output.tar.gz")
-    metrics = next((json.loads(data) for name, data in outputs.items() if Path(name).name == "metrics.json"), {})
+    metrics: dict[str, Any] = next((json.loads(data) for name, data in outputs.items()
+                                    if Path(name).name == "metrics.json"), {})
     models = tuple(_members(job_dir / "output" / "model.tar.gz"))
     return Outcome(scenario, code, text, description, metrics, models, job_dir)
 
