@@ -4,7 +4,9 @@
 worker process (:mod:`benchmarks.worker`) while :class:`benchmarks.sampler.Sampler` samples the
 worker's whole process tree (memory, CPU) from here. Repetitions of a group are interleaved
 (baseline, emulator, variants, then again), so a change in the machine's load hits every case
-alike. Failing or unavailable cases are reported with their error; they never stop the run.
+alike. A failing case is reported with its error and the run goes on; the exit status is 1 when
+any case or docker job failed or any target was missed (the docker part is ``unavailable``, not a
+failure, when no engine or image is there; ``--no-docker`` skips it).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ METRICS = ("wall_s", "first_line_s", "tail_s", "emulator_cpu_s", "hosts_cpu_s", 
            "peak_rss_mb", "peak_private_mb", "rank_peak_rss_mb")
 TORCH_DIST = {"torch_distributed": {"enabled": True}}
 PYTORCHDDP = {"pytorchddp": {"enabled": True}}
-FAST_ENV: dict[str, str] = {}  # fast start is the request's fast_start option (backend "fast")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,6 +69,17 @@ def measure(spec: dict[str, Any], *, timeout: float = JOB_TIMEOUT) -> dict[str, 
         res = {"ok": False, "status": "error", "error": f"worker exit {proc.returncode}: {(stderr or '')[-1500:]}"}
     res.update(sampler.result())
     res["load1"] = load
+    return split_cpu(spec, res)
+
+
+def split_cpu(spec: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """``emulator_cpu_s`` (the emulator process plus its helper programs) and ``hosts_cpu_s``
+    (everything else the job ran) from the worker's rusage figures and the sampler's helpers."""
+    helpers = (res.get("helpers_cpu_s") or 0.0) if spec["kind"] == "emulator" else 0.0
+    if res.get("emulator_self_cpu_s") is not None:
+        res["emulator_cpu_s"] = round(res["emulator_self_cpu_s"] + helpers, 3)
+    if res.get("children_cpu_s") is not None:
+        res["hosts_cpu_s"] = round(res["children_cpu_s"] - helpers, 2)
     return res
 
 
@@ -94,7 +106,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
         case("allreduce: emulator torch_distributed", "allreduce", emu("allreduce.py", 2, distribution=TORCH_DIST),
              r2, baseline="allreduce: torchrun by hand (baseline)"),
         case("allreduce: emulator torch_distributed + fast start", "allreduce",
-             emu("allreduce.py", 2, distribution=TORCH_DIST, backend="fast", env=FAST_ENV), r2,
+             emu("allreduce.py", 2, distribution=TORCH_DIST, backend="fast"), r2,
              baseline="allreduce: torchrun by hand (baseline)"),
         case("toolkit only: 1 host, trivial script", "toolkit", emu("trivial.py", 1, gpus=None), r2,
              ranks=1, hosts=1),
@@ -103,7 +115,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
         cases.insert(2, case("allreduce: emulator pytorchddp (mpirun)", "allreduce",
                              emu("allreduce.py", 2, distribution=PYTORCHDDP), rddp,
                              baseline="allreduce: torchrun by hand (baseline)"))
-        lit_env = {"EMULATOR_FAST_START_PRELOAD": "torch,torch.distributed,pytorch_lightning", **FAST_ENV}
+        lit_env = {"EMULATOR_FAST_START_PRELOAD": "torch,torch.distributed,pytorch_lightning"}
         cases += [
             case("lightning: torchrun by hand (baseline)", "lightning", {"kind": "torchrun",
                  "script": "lightning_fit.py", "nproc": 4}, rl, ranks=4, hosts=1),
@@ -122,7 +134,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
                           1, ranks=2 * n, hosts=n))
         if n in ((2,) if quick else (4, 16)):
             cases.append(case(f"scale: {n} host(s) x 2 ranks + fast start", "scale-fast",
-                              emu("allreduce.py", n, distribution=TORCH_DIST, backend="fast", env=FAST_ENV),
+                              emu("allreduce.py", n, distribution=TORCH_DIST, backend="fast"),
                               1, ranks=2 * n, hosts=n, baseline=f"scale: {n} host(s) x 2 ranks"))
     return cases
 
@@ -135,12 +147,10 @@ def run_cases(cases: list[dict[str, Any]], log: Any) -> None:
     for members in groups.values():
         for rep in range(max(c["want_reps"] for c in members)):
             for c in members:
-                if rep >= c["want_reps"] or (c["reps"] and c["reps"][0].get("status") == "unavailable"):
+                if rep >= c["want_reps"]:
                     continue
                 t = time.time()
                 res = measure(c["spec"])
-                if not res.get("ok") and c["spec"].get("distribution") == PYTORCHDDP and not c["reps"]:
-                    res["status"] = "unavailable"
                 c["reps"].append(res)
                 log(f"  {c['name']} [rep {rep + 1}/{c['want_reps']}]: {res.get('status')} "
                     f"wall {fmt(res.get('wall_s'), 's')} first line {fmt(res.get('first_line_s'), 's')} "
@@ -149,8 +159,7 @@ def run_cases(cases: list[dict[str, Any]], log: Any) -> None:
     by_name = {c["name"]: c for c in cases}
     for c in cases:
         ok = [r for r in c["reps"] if r.get("ok")]
-        c["status"] = "ok" if ok and len(ok) == len(c["reps"]) else (
-            "unavailable" if any(r.get("status") == "unavailable" for r in c["reps"]) else "failed")
+        c["status"] = "ok" if ok and len(ok) == len(c["reps"]) else "failed"
         c["median"] = summarise(ok, METRICS) if ok else {}
         c["errors"] = [r["error"] for r in c["reps"] if r.get("error")][:1]
         base = by_name.get(c["baseline"] or "")
@@ -195,11 +204,9 @@ def import_cache_probe(reps: int) -> dict[str, Any]:
 
 def docker_bench(quick: bool, log: Any) -> dict[str, Any]:
     """Image build (cached) and a 2x2 job on the docker backend, when the backend and image exist."""
-    if importlib.util.find_spec("emulator.backends.docker") is None:
-        return {"status": "unavailable", "error": "emulator/backends/docker.py does not exist"}
-    try:
-        from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker import DockerBackend
 
+    try:
         DockerBackend().check()
     except Exception as exc:
         return {"status": "unavailable", "error": f"{type(exc).__name__}: {exc}"}
@@ -268,7 +275,7 @@ def render(results: dict[str, Any]) -> str:
             f"Machine: {meta['machine']}; load average before {meta['load_before']}, after "
             f"{meta['load_after']}; run took {meta['duration_s']:.0f} s. Medians over the repetitions.", "",
             markdown_table(["case", "ranks", "status", "reps", "wall", "× baseline", "first line (all hosts)",
-                            "emulator CPU", "hosts CPU (rusage / sampled)", "peak mem (private est.)",
+                            "emulator CPU (incl. helpers)", "hosts CPU (rusage / sampled)", "peak mem (private est.)",
                             "peak RSS / rank"], rows), ""]
     tk = results.get("toolkit_share")
     if tk:
@@ -354,7 +361,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     md = render(results)
     (args.out / "results.md").write_text(md)
     print("\n" + md)
-    return 0
+    problems = failures(results)
+    for problem in problems:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Why the run fails: failed cases, failed docker jobs or image build, missed targets."""
+    out = [f"case {c['name']!r}: {c['status']} ({(c['errors'] or ['no error recorded'])[0][:300]})"
+           for c in results["cases"] if c["status"] != "ok"]
+    dk = results.get("docker") or {}
+    if dk.get("image_build_error"):
+        out.append(f"docker image build: {dk['image_build_error'][-300:]}")
+    for name, res in dk.items():
+        if isinstance(res, dict) and not res.get("ok", True):
+            out.append(f"docker {name}: {res.get('status')} ({(res.get('error') or '')[:300]})")
+    out += [f"target {name!r} missed ({t['value']})" for name, t in results["targets"].items() if not t["met"]]
+    return out
 
 
 if __name__ == "__main__":

@@ -3,15 +3,20 @@
 Kinds of spec:
 
 * ``emulator``: ``emulator.run(...)`` on ``backend`` (``process``, ``docker``, or ``fast`` — the
-  process backend with ``fast_start=True``). ``RUSAGE_SELF`` around
-  the call is the emulator's own CPU (supervisor thread, log tailer, agent reader, archives,
-  ``job.json``); ``RUSAGE_CHILDREN`` is every host's CPU: the chain rank → torchrun → toolkit
-  (host PID 1) → ``bwrap`` → namespace agent → ``unshare`` → this process is waited for link by
-  link, so the kernel folds each host's whole tree into it.
+  process backend with ``fast_start=True``). ``RUSAGE_SELF`` around the call is the emulator
+  process's own CPU (supervisor thread, log tailer, agent reader, archives, ``job.json``);
+  ``RUSAGE_CHILDREN`` is everything it started: the chain rank → torchrun → toolkit (host PID 1)
+  → ``bwrap`` → namespace agent → ``unshare`` → this process is waited for link by link, so the
+  kernel folds each host's whole tree into it. :mod:`benchmarks.run` moves the emulator's helper
+  programs (agent, ``unshare``, ``bwrap``, ``ip``, ``nsenter``; measured by
+  :class:`benchmarks.sampler.Sampler`) from the second figure to the first.
 * ``torchrun``: the baseline, ``torchrun --nnodes 1 --nproc_per_node N`` on localhost.
 
-The workload prints ``BENCH_FIRST_LINE <time>`` as its first line; the time from the call to the
-last host's first line is the start-up latency.
+Every rank of a workload writes its marks (``first``: its first statement ran; ``done``: it
+finished) into a small JSON file: under ``SM_OUTPUT_DATA_DIR`` on the emulator (so they come back
+in ``output.tar.gz``), under ``BENCH_MARKS_DIR`` for the baseline. The time from the call to the
+last host's first mark is the start-up latency; from the last ``done`` to the job's end, the tail.
+(Marks are files, not log lines: ``mpirun --tag-output`` may split a rank's line.)
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
+#: The workloads' helper that writes their marks (copied next to each one).
+MARKS = "marks.py"
 
 
 def _cpu(who: int) -> float:
@@ -36,23 +43,22 @@ def _cpu(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _marks(text: str, tag: str) -> list[tuple[float, str]]:
+def _marks(files: dict[str, bytes]) -> list[dict[str, Any]]:
+    """The marks the ranks wrote (``bench-marks/*.json``, see the module docstring)."""
     out = []
-    for line in text.splitlines():
-        at = line.find(tag + " ")  # mpirun prefixes lines with [1,mpirank:N,algo-M]<stdout>:
-        if at >= 0:
-            parts = line[at:].split()
-            try:
-                out.append((float(parts[1]), parts[2] if len(parts) > 2 else ""))
-            except (ValueError, IndexError):
-                continue
+    for name, data in files.items():
+        if name.split("/")[-2:-1] == ["bench-marks"] and name.endswith(".json"):
+            out.append(json.loads(data))
     return out
 
 
-def _timing(texts: dict[str, str], t0: float, t_end: float) -> dict[str, Any]:
-    """Start-up latency (to the last host's first user line) and the tail after the last rank."""
-    firsts = {h: min(t for t, _ in m) for h, text in texts.items() if (m := _marks(text, "BENCH_FIRST_LINE"))}
-    dones = [t for text in texts.values() for t, _ in _marks(text, "BENCH_DONE")]
+def _timing(marks: list[dict[str, Any]], t0: float, t_end: float) -> dict[str, Any]:
+    """Start-up latency (to the last host's first rank) and the tail after the last rank ended."""
+    firsts: dict[str, float] = {}
+    for m in marks:
+        if m["mark"] == "first":
+            firsts[m["host"]] = min(firsts.get(m["host"], m["time"]), m["time"])
+    dones = [m["time"] for m in marks if m["mark"] == "done"]
     return {"first_line_s": round(max(firsts.values()) - t0, 3) if firsts else None,
             "first_line_per_host_s": {h: round(t - t0, 3) for h, t in sorted(firsts.items())},
             "tail_s": round(t_end - max(dones), 3) if dones else None,
@@ -69,7 +75,7 @@ def run_torchrun(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     script = WORKLOADS / spec["script"]
     torchrun = Path(sys.executable).parent / "torchrun"
     log = work / "torchrun.log"
-    env = {**os.environ, **spec.get("env", {})}
+    env = {**os.environ, **spec.get("env", {}), "BENCH_MARKS_DIR": str(work)}
     c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.time()
     with open(log, "wb") as out:
         rc = subprocess.run([str(torchrun), "--nnodes", "1", "--nproc_per_node", str(spec["nproc"]),
@@ -77,9 +83,11 @@ def run_torchrun(spec: dict[str, Any], work: Path) -> dict[str, Any]:
                             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work, check=False).returncode
     t1 = time.time()
     text = log.read_text(errors="replace")
+    files = {str(p.relative_to(work)): p.read_bytes() for p in work.glob("bench-marks/*.json")}
     return {"ok": rc == 0, "status": "Completed" if rc == 0 else f"exit {rc}", "wall_s": round(t1 - t0, 3),
-            "hosts_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - c0, 2), "emulator_cpu_s": 0.0,
-            **_timing({"localhost": text}, t0, t1), "error": None if rc == 0 else text[-2000:]}
+            "children_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - c0, 2), "emulator_self_cpu_s": 0.0,
+            **_timing(_marks(files), t0, t1),
+            "error": None if rc == 0 else text[-2000:]}
 
 
 def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -87,7 +95,8 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
 
     src = work / "src"
     src.mkdir()
-    shutil.copy(WORKLOADS / spec["script"], src / spec["script"])
+    for name in (spec["script"], MARKS):
+        shutil.copy(WORKLOADS / name, src / name)
     backend: Any = spec.get("backend", "process")
     fast = backend == "fast"
     if fast:
@@ -103,17 +112,16 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     result = emulator.run(backend=backend, echo=False, stop_grace=2, **kwargs)
     t1 = time.time()
     s1, c1 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
-    texts = {h.name: h.log.read_text(errors="replace") if h.log.exists() else "" for h in result.hosts}
     transitions = result.description.get("SecondaryStatusTransitions", [])
     error = None
     if not result.ok:
         first = result.first_failure or (result.hosts[0].name if result.hosts else None)
         error = f"{result.status}: {result.failure_reason or ''}\n" + (result.log_tail(first, 15) if first else "")
     return {"ok": result.ok, "status": result.status, "wall_s": round(t1 - t0, 3),
-            "emulator_cpu_s": round(s1 - s0, 3), "hosts_cpu_s": round(c1 - c0, 2),
+            "emulator_self_cpu_s": round(s1 - s0, 3), "children_cpu_s": round(c1 - c0, 3),
             "runner": result.description.get("Emulator", {}).get("Runner"),
             "transitions": [t["Status"] for t in transitions],
-            **_timing(texts, t0, t1), "error": error}
+            **_timing(_marks(result.output_files()), t0, t1), "error": error}
 
 
 def main(argv: list[str]) -> int:

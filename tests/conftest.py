@@ -14,13 +14,16 @@ Scoping (holds under pytest-xdist, where several workers run jobs at once):
 * Listening TCP sockets in this machine's network namespace (``/proc/net/tcp{,6}``) that are new
   and belong to one of our processes.
 * Docker containers and networks labelled ``sagemaker-emulator.owner-pid=<this pid>``, checked
-  only when the docker SDK imports and an engine answers.
+  when the docker SDK imports and an engine answers its ping (no engine: nothing to check); an
+  engine that answers but fails to list them fails the check.
 
 Leaked processes are killed after the check so one bad test does not poison the next ones.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -28,10 +31,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from emulator.inhost.protocol import proc_environ as process_environ
+from emulator.inhost.protocol import proc_cmdline, proc_environ, proc_stat
 
 OWNER_VAR = "SMEMU_TEST_OWNER"
 OWNER = str(os.getpid())
@@ -60,23 +64,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # /proc helpers
 
 
-def _ppid_and_state(pid: int) -> tuple[int, str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return int(rest[1]), rest[0]
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
-
-
 def our_processes(*, by_ancestry: bool = True) -> dict[int, str]:
     """Live processes that belong to this pytest process: descendants (unless ``by_ancestry`` is
     False), or carrying our owner variable. Value: a one-line description for failure messages."""
@@ -85,9 +72,9 @@ def our_processes(*, by_ancestry: bool = True) -> dict[int, str]:
     states: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            info = _ppid_and_state(int(entry))
-            if info is not None:
-                parents[int(entry)], states[int(entry)] = info
+            stat = proc_stat(int(entry))
+            if stat is not None:
+                parents[stat.pid], states[stat.pid] = stat.ppid, stat.state
     out: dict[int, str] = {}
     for pid, state in states.items():
         if pid == me or state in ("Z", "X"):
@@ -99,11 +86,12 @@ def our_processes(*, by_ancestry: bool = True) -> dict[int, str]:
                 descendant = True
                 break
             p, hops = parents.get(p), hops + 1
-        env = process_environ(pid) if not descendant else {}
+        env = proc_environ(pid) if not descendant else {}
         if descendant or env.get(OWNER_VAR) == OWNER:
-            env = env or process_environ(pid)
+            env = env or proc_environ(pid)
             job = env.get("TRAINING_JOB_NAME")
-            out[pid] = f"{pid} [{state}] {_cmdline(pid)[:160]}" + (f" (job {job})" if job else "")
+            cmd = " ".join(proc_cmdline(pid)) or "?"
+            out[pid] = f"{pid} [{state}] {cmd[:160]}" + (f" (job {job})" if job else "")
     return out
 
 
@@ -142,23 +130,27 @@ def socket_owners(inodes: set[str]) -> dict[str, int]:
     return found
 
 
-def _docker_leftovers() -> list[str]:
-    if not (Path("/var/run/docker.sock").exists() or os.environ.get("DOCKER_HOST")):
-        return []
-    try:
-        import docker  # type: ignore[import-not-found]
+def docker_leftovers(client: Any = None) -> list[str]:
+    """Containers and networks labelled with our owner pid. No engine (or no docker SDK): nothing
+    to check. An engine that answers its ping but fails the listing is a problem, not a pass."""
+    if client is None:
+        if not (Path("/var/run/docker.sock").exists() or os.environ.get("DOCKER_HOST")):
+            return []
+        try:
+            import docker  # type: ignore[import-not-found]
 
-        client = docker.from_env(timeout=3)
-        client.ping()
-    except Exception:
-        return []
+            client = docker.from_env(timeout=3)
+            client.ping()
+        except Exception:
+            return []
     label = f"sagemaker-emulator.owner-pid={OWNER}"
     try:
         found = client.containers.list(all=True, filters={"label": label})
         containers = [f"container {c.name}" for c in found]
         networks = [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
-    except Exception:
-        return []
+    except Exception as exc:
+        return [f"docker engine answered but could not list containers/networks labelled {label}: "
+                f"{type(exc).__name__}: {exc}"]
     return containers + networks
 
 
@@ -196,22 +188,62 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
             if owners.get(inode) in ours:
                 problems.append(f"listening socket {addr} (pid {owners[inode]})")
     problems += [f"temp tree {tempfile.gettempdir()}/{n}" for n in sorted(_temp_trees() - trees_before)]
-    problems += _docker_leftovers()
+    problems += docker_leftovers()
     _kill(set(leaked))
     if problems:
         pytest.fail(f"{request.node.nodeid} left behind:\n  " + "\n  ".join(problems), pytrace=False)
 
 
+def require(what: str, missing: list[str]) -> None:
+    """Skip the calling test when ``missing`` names something ``what`` needs, with the reason;
+    under ``CI=true`` fail instead: CI must have provisioned it (``.ci/setup``)."""
+    if not missing:
+        return
+    reason = f"{what} needs {', '.join(missing)}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def import_or_skip(name: str) -> Any:
+    """``pytest.importorskip``, except under ``CI=true``, where a missing module is an error: CI
+    installs every extra the tests use (``nox -s tests``)."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(name)
+    return pytest.importorskip(name)
+
+
+def mpi_missing() -> list[str]:
+    """What an MPI-family job on the process backend needs and this machine lacks: Open MPI's
+    ``mpirun`` and ``mpi4py`` (the toolkit runs ``mpirun … python -m mpi4py``); as root also
+    ``sshd`` and ``ssh-keygen``, because every host then runs a real sshd (emulator/backends/sshd.py)."""
+    from emulator.backends import sshd
+
+    missing = []
+    if shutil.which("mpirun") is None:
+        missing.append("Open MPI's mpirun")
+    if importlib.util.find_spec("mpi4py") is None:
+        missing.append("mpi4py")
+    if os.geteuid() == 0:
+        if not Path(sshd.SSHD).is_file():
+            missing.append(f"{sshd.SSHD} (openssh-server)")
+        if shutil.which(sshd.KEYGEN) is None:
+            missing.append(f"{sshd.KEYGEN} (openssh-client)")
+    return missing
+
+
+def require_mpi() -> None:
+    """For tests and fixtures (any scope) that run MPI-family jobs: see :func:`require`."""
+    require("an MPI-family job on the process backend", mpi_missing())
+
+
 @pytest.fixture
 def docker_ready() -> None:
-    """Skip when the docker backend cannot run here (no engine or no image), with the reason;
-    under ``CI=true`` that is a failure instead: CI must have built the image."""
+    """The docker backend can run here (engine and image): see :func:`require`."""
     from emulator.backends.docker import DockerBackend
     from emulator.errors import BackendUnavailable
 
     try:
         DockerBackend().check()
     except BackendUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the docker backend is unavailable: {exc}")
-        pytest.skip(f"docker backend unavailable: {exc}")
+        require("the docker backend", [f"a working engine and image ({exc})"])

@@ -1,26 +1,30 @@
 """The example matrix (``examples/run_matrix.py``): a fast subset by default, the rest ``slow``.
 
-Each test runs one scenario as a real job and requires what the matrix requires: the job
-completes, the loss goes down, rank 0's model is in ``model.tar.gz``.
+Each scenario runs its example's own SDK launcher through ``python -m emulator launch`` and must do
+what the matrix requires: the job completes, the loss goes down, rank 0's model is in
+``model.tar.gz``. ``test_the_matrix_follows_a_changed_launcher`` is the drift check: the matrix has
+no estimator values of its own, so a change in a launcher is what the job runs.
 """
 
 from __future__ import annotations
 
+import shutil
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from examples import data
-from examples.run_matrix import Outcome, Scenario, parse_losses, render, run_one, scenarios
+from examples.mnist_lightning15.repack_wheel import RELEASE as LIGHTNING15
+from examples.run_matrix import HERE, SCENARIOS, Outcome, Scenario, render, run_one
+
+from .conftest import require_mpi
 
 FAST = ("mnist_single", "torch_ddp[torch_distributed]")
-BY_NAME: dict[str, Scenario] = {s.name: s for s in scenarios()}
-
-
-@pytest.fixture(scope="module")
-def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The generated MNIST-shaped images and texts, shared by every scenario."""
-    return data.generate(tmp_path_factory.mktemp("examples-data") / "training")
+BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
+#: The Lightning each Lightning example's ranks must import: Lightning 1.5 from the example's
+#: requirements.txt (the job environment), else the one installed here (process backend).
+LIGHTNING = {"mnist_lightning15": LIGHTNING15, "mnist_lightning": "installed", "bert_lightning": "installed"}
 
 
 def _params() -> list[object]:
@@ -29,11 +33,35 @@ def _params() -> list[object]:
 
 
 @pytest.mark.parametrize("name", _params())
-def test_scenario(name: str, channel: Path, tmp_path: Path) -> None:
-    """The scenario completes, learns, and saves rank 0's model."""
-    outcome = run_one(BY_NAME[name], channel=channel, output=tmp_path)
+def test_scenario(name: str, tmp_path: Path) -> None:
+    """The scenario completes, learns, and saves rank 0's model, with the Lightning it asked for."""
+    scenario = BY_NAME[name]
+    if "pytorchddp" in name or "smddp" in name:
+        require_mpi()
+    outcome = run_one(scenario, work=tmp_path)
     assert outcome.passed, render([outcome])
     assert outcome.diagnostics == (), outcome.diagnostics
+    expected = LIGHTNING.get(scenario.example, "-")
+    if expected == "installed":
+        expected = metadata.version("pytorch-lightning")
+    assert outcome.lightning == expected, render([outcome])
+
+
+def test_the_matrix_follows_a_changed_launcher(tmp_path: Path) -> None:
+    """Change the instance type in a copy of a launcher: the matrix's job runs the new one."""
+    examples = tmp_path / "examples"
+    shutil.copytree(HERE / "mnist_single", examples / "mnist_single",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("__init__.py", "data.py"):
+        shutil.copy(HERE / name, examples / name)
+    launcher = examples / "mnist_single" / "launch.py"
+    text = launcher.read_text()
+    assert text.count('instance_type="ml.m5.xlarge"') == 1
+    launcher.write_text(text.replace('instance_type="ml.m5.xlarge"', 'instance_type="ml.c5.2xlarge"'))
+    outcome = run_one(Scenario("changed", "mnist_single", gpus_per_host=None, examples_dir=examples),
+                      work=tmp_path / "work")
+    assert outcome.passed, render([outcome])
+    assert (outcome.instance_type, outcome.topology) == ("ml.c5.2xlarge", "1x0")
 
 
 def test_generated_data_is_mnist_shaped() -> None:
@@ -43,15 +71,16 @@ def test_generated_data_is_mnist_shaped() -> None:
     assert set(labels.tolist()) == set(range(10))
 
 
-def test_parse_losses_reads_mpirun_tagged_lines() -> None:
-    """Loss lines are found with or without mpirun's ``--tag-output`` prefix."""
-    log = "x\n[1,mpirank:0,algo-1]<stdout>:first_loss=2.3000\nlast_loss=0.1000\n"
-    assert parse_losses(log) == (2.3, 0.1)
-    assert parse_losses("nothing here") == (None, None)
+def _outcome(**metrics: object) -> Outcome:
+    description = {"TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceType": "ml.m5.xlarge",
+                                                                        "InstanceCount": 1}}
+    return Outcome(BY_NAME["mnist_single"], 0, "", description, dict(metrics), ("model.pt",))
 
 
 def test_outcome_requires_a_decreasing_loss() -> None:
     """A completed job whose loss went up does not pass, and the table says why."""
-    outcome = Outcome(BY_NAME["mnist_single"], "Completed", 1.0, 0.5, 0.9, True, (), None)
+    assert _outcome(first_loss=0.9, last_loss=0.5).passed
+    outcome = _outcome(first_loss=0.5, last_loss=0.9)
     assert not outcome.passed
     assert "did not decrease" in render([outcome])
+    assert "wrote no first_loss" in render([_outcome()])

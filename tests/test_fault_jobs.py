@@ -9,12 +9,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 import emulator
+from emulator import request as rq
+from emulator.materialise import host_root
+from emulator.result import JobResult
+from emulator.supervisor import run as run_job
 
 SCRIPTS = Path(__file__).parent / "scripts"
+#: MaxRuntimeInSeconds of the frozen-host job: hosts must reach READY (the freeze's trigger) before
+#: it, which takes ~10 s on an idle 2-core machine and far longer on a loaded one.
+FREEZE_MAX_RUN = 60
+#: Longest wait for the hosts to start and record their connection attempt (a loaded machine).
+HANG_WAIT = 600.0
+#: Seconds the netcut test lets the hosts keep trying their exchange before it stops the job.
+EXCHANGE_TRIES = 6.0
 
 
 def _t(text: str) -> float:
@@ -41,7 +54,7 @@ def test_sigkill_of_a_host_fails_the_job_within_seconds(tmp_path: Path) -> None:
 
 def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
     result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
-                          job_name="freeze", echo=False, stop_grace=1, max_run=20,
+                          job_name="freeze", echo=False, stop_grace=1, max_run=FREEZE_MAX_RUN,
                           faults=["freeze:algo-2@log=/READY/"])
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
     assert result.failure_reason is None
@@ -51,27 +64,70 @@ def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
     assert "SIGSTOP" in actions[0], actions
 
 
-def test_network_cut_host_hangs_its_peer_until_max_runtime(tmp_path: Path) -> None:
+def test_network_cut_host_hangs_its_peer(tmp_path: Path) -> None:
+    """README fault table, ``netcut``: connections get no answer (no RST) and an exchange between
+    the hosts hangs, so the job would run until MaxRuntime. Here a stop request ends it once both
+    hosts are seen hanging: the deadline is a wall clock that a loaded machine may spend starting
+    hosts (MaxRuntime itself is tested with a frozen host above)."""
     src = tmp_path / "src"
     src.mkdir()
+    # What each host saw goes to /opt/ml/model (model.tar.gz is built for a stopped job too): the
+    # toolkit re-prints a script's output in the chunks it reads, so a printed line may be split.
     (src / "talk.py").write_text(
-        "import socket, time\n"
+        "import socket, threading, time\n"
+        "me = socket.gethostname()\n"
+        "peer = 'algo-1' if me == 'algo-2' else 'algo-2'\n"
+        "def note(what):\n"
+        "    with open(f'/opt/ml/model/{me}-{what}', 'w') as f:\n"
+        "        f.write(what)\n"
+        "server = socket.create_server(('', 7000))\n"
+        "threading.Thread(target=server.accept, daemon=True).start()\n"
         "print('READY', flush=True)\n"
-        "time.sleep(2)\n"
-        "peer = 'algo-1' if socket.gethostname() == 'algo-2' else 'algo-2'\n"
-        "try:\n"
-        "    socket.create_connection((peer, 9), timeout=2)\n"
-        "except OSError as e:\n"
-        "    print('CONNECT', type(e).__name__, flush=True)\n")
-    result = emulator.run(entry_point="talk.py", source_dir=src, instance_count=2, output_path=tmp_path / "o",
-                          job_name="netcut", echo=False, stop_grace=1, max_run=60,
-                          faults=["netcut:algo-2@log=/READY/"])
-    assert result.status == "Completed"
-    # Port 9 is closed: with the network intact each side would be refused at once. The cut host
-    # has no link and its peer gets no answer, so neither is refused.
+        "while True:\n"  # port 9 is closed: while the link is up, the peer refuses at once
+        "    try:\n"
+        "        socket.create_connection((peer, 9), timeout=2)\n"
+        "    except ConnectionRefusedError:\n"
+        "        time.sleep(0.5)\n"
+        "    except OSError as e:\n"
+        "        note('connect-' + type(e).__name__)\n"
+        "        break\n"
+        "while True:\n"  # then the exchange: reach the peer's listener, as a collective would
+        "    try:\n"
+        "        socket.create_connection((peer, 7000), timeout=2).close()\n"
+        "        note('exchanged')\n"
+        "        break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.5)\n")
+    request = rq.create(entry_point="talk.py", source_dir=src, instance_count=2, output_path=tmp_path / "o",
+                        job_name="netcut")
+    stop = threading.Event()
+    box: dict[str, JobResult] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", run_job(
+        request, echo=False, stop_grace=1, stop=stop, faults=["netcut:algo-2@log=/READY/"])))
+    thread.start()
+    try:
+        models = [host_root(request.job_dir, h) / "model" for h in ("algo-1", "algo-2")]
+        deadline = time.monotonic() + HANG_WAIT
+        while not all(any(m.glob("*-connect-*")) for m in models) and thread.is_alive():
+            assert time.monotonic() < deadline, "the hosts never recorded their connection attempt"
+            time.sleep(0.2)
+        time.sleep(EXCHANGE_TRIES)  # the exchange keeps failing meanwhile
+    finally:
+        stop.set()
+        thread.join()
+    result = box["r"]
+    assert (result.status, result.secondary_status) == ("Stopped", "Stopped")
+    assert result.failure_reason is None
+    assert all(h.exit_code != 0 for h in result.hosts)  # still hanging when stopped
+    assert [e["Action"] for e in result.description["Emulator"]["Faults"]] and all(
+        e["Host"] == "algo-2" for e in result.description["Emulator"]["Faults"])
+    # After the cut, the cut host has no link and its peer gets no answer (no RST: a timeout or an
+    # unreachable network, never a refusal), and the exchange never gets through.
+    seen = sorted(result.model_files())
+    assert len(seen) == 2 and not [name for name in seen if "exchanged" in name], seen
     for host in ("algo-1", "algo-2"):
-        log = result.log(host)
-        assert "CONNECT" in log and "ConnectionRefusedError" not in log, log[-500:]
+        [connect] = [name for name in seen if name.startswith(f"{host}-connect-")]
+        assert connect.rsplit("-", 1)[1] in ("TimeoutError", "OSError"), seen
 
 
 def test_spot_interruption_resumes_from_checkpoints(tmp_path: Path) -> None:

@@ -353,8 +353,8 @@ def test_kill_sigkill_on_a_real_host_fails_the_job(tmp_path: Path, monkeypatch: 
 
 
 def test_netcut_keeps_processes_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cut host's processes keep running; the job then ends by MaxRuntime here (nothing
-    talks over the network), so only check the cut was done and nothing died of it."""
+    """A host cut off right after it starts keeps running: its script gets no answer from its
+    peer (and the peer none from it), then ends normally, so the job completes."""
     import emulator
 
     src = tmp_path / "src"
@@ -381,7 +381,8 @@ def test_netcut_keeps_processes_running(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(ProcessBackend, "start", start)
     result = emulator.run(entry_point="net.py", source_dir=src, output_path=tmp_path / "out",
-                          job_name="qa-netcut", instance_count=2, echo=False, stop_grace=2, max_run=60)
+                          job_name="qa-netcut", instance_count=2, echo=False, stop_grace=2,
+                          max_run=600)  # only a safety net: the script ends by itself
     assert result.status == "Completed", result.failure_reason
     log1, log2 = result.log("algo-1"), result.log("algo-2")
     # algo-1 still reaches the bridge but not algo-2 (timeout or unreachable); algo-2 has no link

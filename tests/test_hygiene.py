@@ -15,7 +15,9 @@ import time
 import uuid
 from pathlib import Path
 
-from .conftest import listening_sockets, our_processes
+from emulator.inhost.protocol import proc_environ, proc_stat
+
+from .conftest import docker_leftovers, listening_sockets, our_processes
 
 #: How long the job's processes may take to vanish after the emulator died.
 VANISH_TIMEOUT = 10.0
@@ -34,14 +36,10 @@ def job_processes(job_name: str) -> dict[int, str]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            raw = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        alive = stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        if alive and f"TRAINING_JOB_NAME={job_name}".encode() in raw.split(b"\0"):
-            out[int(entry)] = stat.split(")")[0]
+        stat = proc_stat(int(entry))
+        if stat is not None and stat.state not in ("Z", "X") and \
+                proc_environ(stat.pid).get("TRAINING_JOB_NAME") == job_name:
+            out[stat.pid] = stat.state
     return out
 
 
@@ -84,10 +82,8 @@ def test_sigkill_of_the_emulator_leaves_no_process(tmp_path: Path) -> None:
     assert len(running) >= 2, running
     proc.kill()
     proc.wait(timeout=10)
-    t0 = time.monotonic()
     _wait_for(lambda: not job_processes(job), VANISH_TIMEOUT,
               f"the processes of {job} to die after SIGKILL of the emulator")
-    assert time.monotonic() - t0 < VANISH_TIMEOUT
     # The namespace agent and unshare carry this test run's owner variable: gone as well.
     _wait_for(lambda: not our_processes(), VANISH_TIMEOUT, "the namespace agent to exit")
     # What a killed emulator cannot clean up is its scratch tree; `reap` removes it.
@@ -111,13 +107,11 @@ def test_sigint_stops_the_job_exit_130_and_cleans_up(tmp_path: Path) -> None:
     assert "interrupted" in stderr
     assert not job_processes(job)
     assert not our_processes()
-    description = out / job / "job.json"
-    if description.exists():
-        d = json.loads(description.read_text())
-        assert d["TrainingJobStatus"] == "Stopped"
-        assert d["SecondaryStatus"] == "Stopped"
-        statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
-        assert "Stopping" in statuses and statuses[-1] == "Stopped", statuses
+    # Ctrl-C is StopTrainingJob: the job is described as Stopped (the hosts were running)
+    d = json.loads((out / job / "job.json").read_text())
+    assert (d["TrainingJobStatus"], d["SecondaryStatus"]) == ("Stopped", "Stopped")
+    statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
+    assert "Stopping" in statuses and statuses[-1] == "Stopped", statuses
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,6 +146,26 @@ def test_detector_sees_a_new_listening_socket() -> None:
         new = set(listening_sockets()) - before
         port = f"{s.getsockname()[1]:04X}"
         assert any(addr.endswith(":" + port) for addr, _ in new), new
+
+
+class _Engine:
+    """A docker client stand-in for the leak check: lists what it is given, or fails."""
+
+    def __init__(self, names: list[str] | None) -> None:
+        self.names = names
+        self.containers = self.networks = self
+
+    def list(self, **_: object) -> list[object]:
+        if self.names is None:
+            raise ConnectionError("engine went away")
+        return [type("Obj", (), {"name": n})() for n in self.names]
+
+
+def test_detector_sees_docker_leftovers_and_fails_on_a_failed_listing() -> None:
+    assert docker_leftovers(_Engine([])) == []
+    assert docker_leftovers(_Engine(["sm-x-algo-1"])) == ["container sm-x-algo-1", "network sm-x-algo-1"]
+    [problem] = docker_leftovers(_Engine(None))
+    assert "could not list" in problem and "engine went away" in problem
 
 
 def test_reap_keeps_trees_of_live_owners() -> None:

@@ -18,7 +18,11 @@ from emulator.supervisor import launch_plan
 from emulator.supervisor import run as run_job
 
 SCRIPTS = Path(__file__).parent / "scripts"
-MSG = "hello world; echo INJECTED && rm -rf / $(id)"
+#: Spaces and shell metacharacters that must reach the script intact. Were any shell to run it, a
+#: host would create a marker file in /opt/ml/model, which ends up in model.tar.gz.
+INJECTED = "/opt/ml/model/injected"
+MSG = (f"hello world; touch {INJECTED}-semicolon && echo $(touch {INJECTED}-subst) `touch {INJECTED}-backtick` "
+       f"| tee {INJECTED}-pipe > {INJECTED}-redirect 'single' \"double\"")
 TORCHRUN_2X2 = dict(entry_point="rank_report.py", source_dir=SCRIPTS, instance_count=2,
                     instance_type="ml.p4d.24xlarge", gpus_per_host=2,
                     distribution={"torch_distributed": {"enabled": True}},
@@ -45,6 +49,7 @@ def test_torch_distributed_2x2_completes(torchrun_job: JobResult) -> None:
 
 
 def test_every_rank_sees_its_place(torchrun_job: JobResult) -> None:
+    assert not [name for name in torchrun_job.model_files() if "injected" in name]  # no shell ran MSG
     seen = ranks(torchrun_job)
     assert sorted(seen) == [0, 1, 2, 3]
     for rank, r in seen.items():

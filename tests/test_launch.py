@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sagemaker")
-pytest.importorskip("moto")
+from .conftest import import_or_skip, require_mpi
+
+import_or_skip("sagemaker")
+import_or_skip("moto")
 
 #: A 2-host job takes ~40-70 s on 2 shared cores (two torch imports per host).
 LAUNCH_TIMEOUT = 300
 
+# Each rank reports into SM_MODEL_DIR (merged into model.tar.gz): under MPI, a rank's print can
+# reach the console split across mpirun's --tag-output fragments, a file cannot.
 TRAIN = """\
-import os, sys
+import json, os, sys
 import torch
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
-print("rank", dist.get_rank(), "of", dist.get_world_size(), "sum", int(t.item()), "argv", sys.argv[1:],
-      "channels", sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"])),
-      sorted(os.listdir(os.environ["SM_CHANNEL_LOCAL"])),
-      flush=True)
-if dist.get_rank() == 0:
-    with open(os.path.join(os.environ["SM_MODEL_DIR"], "sum.txt"), "w") as f:
-        f.write(str(int(t.item())))
+report = {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": int(t.item()), "argv": sys.argv[1:],
+          "channels": [sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"])),
+                       sorted(os.listdir(os.environ["SM_CHANNEL_LOCAL"]))]}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank-{dist.get_rank()}.json"), "w") as f:
+    json.dump(report, f)
 dist.destroy_process_group()
 """
 
@@ -92,12 +96,18 @@ def _check(done: subprocess.CompletedProcess[str], s3: Path) -> None:
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "STATUS Completed" in out
-    assert "sum 3" in out and "argv ['--epochs', '2']" in out
-    assert "['rows.csv'] ['rows.csv']" in out
     model_uri = next(line.split()[1] for line in out.splitlines() if line.startswith("MODEL_DATA"))
     assert model_uri.startswith("s3://sagemaker-us-west-2-123456789012/")
-    # the model outlives the launcher: a file under the S3 folder
-    assert (s3 / model_uri[len("s3://"):]).is_file()
+    # the model outlives the launcher: a file under the S3 folder, with every rank's report
+    model = s3 / model_uri[len("s3://"):]
+    with tarfile.open(model) as tar:
+        reports = [json.load(tar.extractfile(m)) for m in tar.getmembers()  # type: ignore[arg-type]
+                   if m.name.split("/")[-1].startswith("rank-")]
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    for r in reports:
+        assert r["world"] == 2 and r["sum"] == 3  # all_reduce across both hosts
+        assert r["argv"] == ["--epochs", "2"]
+        assert r["channels"] == [["rows.csv"], ["rows.csv"]]
 
 
 def test_torch_distributed_launcher_completes(tmp_path: Path) -> None:
@@ -108,6 +118,7 @@ def test_torch_distributed_launcher_completes(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # the toolkit's SMDataParallel runner: mpirun over ssh between the hosts
 def test_pytorchddp_launcher_completes(tmp_path: Path) -> None:
+    require_mpi()
     done, s3 = _launch(tmp_path, '{"pytorchddp": {"enabled": True}}')
     _check(done, s3)
 

@@ -1,13 +1,16 @@
 """The MPI family (``mpi``, ``smdistributed.dataparallel``, ``pytorchddp``) launched by the REAL
 toolkit on the process backend: sshd in every host, ``mpirun`` over ssh from algo-1, ``orted`` on
 the workers, the toolkit's status files and sleeps. Root only (sshd cannot run in an unprivileged
-user namespace); the prediction and ssh-material tests run everywhere.
+user namespace; the non-root path is tests/test_mpi_nonroot.py); the prediction and ssh-material
+tests run everywhere. A missing sshd, mpirun or mpi4py skips these tests, and fails them under
+``CI=true`` (see ``require`` in conftest.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import time
@@ -23,6 +26,8 @@ from emulator import toolkit_model as tk
 from emulator.backends import get_backend, sshd
 from emulator.result import JobResult
 from emulator.supervisor import launch_plan
+
+from .conftest import require, require_mpi
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MSG = "hello world; a=b \"q\""
@@ -40,15 +45,10 @@ JOBS: dict[str, dict[str, Any]] = {
 TOOLKIT_SLEEP = 30.0
 
 
-def _mpi4py_ok() -> bool:
-    return importlib.util.find_spec("mpi4py") is not None and shutil.which("mpirun") is not None
-
-
 needs_root_sshd = pytest.mark.skipif(
-    not sshd.available() or not _mpi4py_ok(),
-    reason="MPI-family jobs need real sshd in every host: run as root with openssh-server, "
-           "Open MPI (mpirun) and mpi4py installed (unprivileged user namespaces cannot setgroups, "
-           "so sshd cannot log anyone in)")
+    os.geteuid() != 0,
+    reason="real sshd in every host needs root (an unprivileged user namespace cannot setgroups, so sshd "
+           "cannot log anyone in); the non-root MPI path is tested in test_mpi_nonroot.py")
 
 
 def _gethostname_so() -> str:
@@ -59,8 +59,7 @@ def _gethostname_so() -> str:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[JobResult, float]]:
-    if not sshd.available() or not _mpi4py_ok():
-        pytest.skip("needs root, sshd, mpirun and mpi4py")
+    require_mpi()
     out: dict[str, tuple[JobResult, float]] = {}
     for name, extra in JOBS.items():
         t0 = time.monotonic()
@@ -133,15 +132,17 @@ def test_every_rank_environment(jobs: dict[str, tuple[JobResult, float]], name: 
         remote = rank >= 2  # launched by orted through algo-2's sshd
         assert ("SSH_CONNECTION" in env) == remote
         if name == "mpi":
-            # -x SM_*: every rank sees the master's SM_* values (reference §3.5).
+            # -x SM_*: every rank sees the master's SM_* values (sagemaker-training 5.1.4, mpi.py:
+            # the master's mpirun exports every name of the toolkit's environment).
             assert env["SM_CURRENT_HOST"] == "algo-1"
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == "algo-1"
             assert "RANK" not in env and "WORLD_SIZE" not in env and "LOCAL_RANK" not in env
             assert not any(k.startswith("SMDATAPARALLEL_") for k in env)
             assert env["SM_HP_MSG"] == MSG
         else:
-            # No -x SM_*: local ranks inherit algo-1's, remote ranks read algo-2's own values from
-            # its /etc/environment through sshd's pam_env (reference §3.6).
+            # No -x SM_* (smdataparallel.py): local ranks inherit algo-1's, remote ranks read algo-2's
+            # own values from the /etc/environment its toolkit wrote (mpi.py, _write_env_vars_to_file)
+            # through sshd's pam_env.
             assert env["SM_CURRENT_HOST"] == host
             assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host
             assert env["SMDATAPARALLEL_USE_HOMOGENEOUS"] == "1"
@@ -193,8 +194,8 @@ def test_prediction_shapes() -> None:
     assert cmd2[cmd2.index("--host") + 1] == "algo-1" and "smddprun" not in cmd2
 
 
-@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
 def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
+    require("per-job ssh keys", [] if shutil.which(sshd.KEYGEN) else [f"{sshd.KEYGEN} (openssh-client)"])
     root = sshd.prepare(tmp_path)
     key = (root / "dot-ssh" / "id_ed25519").read_bytes()
     assert sshd.prepare(tmp_path) == root

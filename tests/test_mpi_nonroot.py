@@ -5,16 +5,15 @@ toolkit is patched: its ``sshd -D``, its paramiko probe, its ``ssh HOST touch`` 
 ``ssh`` launch of ``orted`` all run unchanged.
 
 Skipped as root (root gets OpenSSH's sshd, see test_mpi_launch.py). CI runs this file as an
-ordinary user through ``.ci/unprivileged``.
+ordinary user through ``.ci/unprivileged``, where a missing mpirun or mpi4py fails the tests
+(``CI=true``; see ``require`` in conftest.py) instead of skipping them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,8 @@ import pytest
 
 import emulator
 from emulator.result import JobResult
+
+from .conftest import require_mpi
 
 SCRIPTS = Path(__file__).parent / "scripts"
 BASE = dict(entry_point="mpi_env_report.py", source_dir=SCRIPTS, instance_count=2,
@@ -32,16 +33,14 @@ JOBS: dict[str, dict[str, Any]] = {
     "pytorchddp": dict(distribution={"pytorchddp": {"enabled": True}}, hyperparameters={"mode": "ddp"}),
 }
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() == 0, reason="the sshd stand-in is for non-root (root runs OpenSSH's sshd; "
-                       "CI runs this file as a non-root user through .ci/unprivileged)"),
-    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or shutil.which("mpirun") is None,
-                       reason="needs Open MPI (mpirun) and mpi4py"),
-]
+pytestmark = pytest.mark.skipif(
+    os.geteuid() == 0, reason="the sshd stand-in is for non-root (root runs OpenSSH's sshd; CI runs this file "
+    "as a non-root user through .ci/unprivileged)")
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
+    require_mpi()
     return {name: emulator.run(output_path=tmp_path_factory.mktemp(name), job_name=f"nonroot-{name}",
                                echo=False, stop_grace=2, **BASE, **extra)
             for name, extra in JOBS.items()}

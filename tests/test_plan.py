@@ -1,8 +1,12 @@
 """Golden tests of the plan: files and SM_* values for a 2-host ml.p4d.24xlarge job (2 GPUs).
 
-Expected values are written by hand from ../shared/reference/sagemaker-training-container.md
-(§1.2 resourceconfig shape, §1.3 JSON-string hyperparameters, §2.2 SM_* list, §3.7 torchrun), not
-computed by the code under test. One test also checks the prediction against the real toolkit.
+Expected values are written by hand from public sources, not computed by the code under test: the
+``resourceconfig.json`` shape real jobs log (with the ``current_group_name``/``instance_groups`` keys
+that sagemaker-training 5.1.4 reads in ``src/sagemaker_training/environment.py``), hyperparameters
+as JSON strings as the SageMaker Python SDK v2 sends them (``sagemaker/estimator.py``,
+``_json_encode_hyperparameters``), the ``SM_*`` variables of sagemaker-training 5.1.4
+(``environment.py``, ``Environment.to_env_vars``) and its torchrun command line
+(``torch_distributed.py``). One test also checks the prediction against the real toolkit.
 """
 
 from __future__ import annotations

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .conftest import import_or_skip
 
 pytest_plugins = ["pytester"]
 
@@ -44,25 +47,26 @@ def test_each_target(sagemaker_target):
 """
 
 PARALLEL_TESTS = """\
-import json, pathlib
+import json, os, pathlib
 
 SRC = pathlib.Path(__file__).parent / "src"
 OUT = pathlib.Path(__file__).parent / "times"
 
-def _run(sagemaker_job, tag):
+def _run(sagemaker_job, tmp_path, tag):
     result = sagemaker_job(entry_point="train.py", source_dir=SRC, instance_count=2,
                            instance_type="ml.m5.xlarge", environment={"SLEEP": "4"})
     assert result.ok, result.failure_reason
     times = json.loads(result.model_files()["algo-1.txt"])
     OUT.mkdir(exist_ok=True)
-    (OUT / tag).write_text(json.dumps(times))
-    assert str(result.job_dir).find("popen-gw") >= 0 or True
+    (OUT / tag).write_text(json.dumps({**times, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                                       "job": result.job_name, "job_dir": str(result.job_dir),
+                                       "tmp_path": str(tmp_path)}))
 
-def test_cluster_a(sagemaker_job):
-    _run(sagemaker_job, "a")
+def test_cluster_a(sagemaker_job, tmp_path):
+    _run(sagemaker_job, tmp_path, "a")
 
-def test_cluster_b(sagemaker_job):
-    _run(sagemaker_job, "b")
+def test_cluster_b(sagemaker_job, tmp_path):
+    _run(sagemaker_job, tmp_path, "b")
 """
 
 
@@ -103,14 +107,18 @@ def test_real_without_settings_is_a_usage_error(user_repo: pytest.Pytester) -> N
 
 
 def test_two_cluster_tests_run_at_once_under_xdist(user_repo: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
+    import_or_skip("xdist")
     (user_repo.path / "tests" / "test_parallel.py").write_text(PARALLEL_TESTS)
     result = user_repo.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
-    import json
-
     a = json.loads((user_repo.path / "tests" / "times" / "a").read_text())
     b = json.loads((user_repo.path / "tests" / "times" / "b").read_text())
+    # two xdist workers, each job under its own test's tmp_path, with its own job name ...
+    assert {a["worker"], b["worker"]} == {"gw0", "gw1"}, (a, b)
+    for r in (a, b):
+        assert Path(r["tmp_path"]) in Path(r["job_dir"]).parents, r
+    assert a["job"] != b["job"]
+    # ... and the two clusters ran at the same time
     assert a["start"] < b["end"] and b["start"] < a["end"], (a, b)
 
 
@@ -120,8 +128,8 @@ def test_two_cluster_tests_run_at_once_under_xdist(user_repo: pytest.Pytester) -
 def test_real_path_submits_the_request_the_emulator_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run ``run_real`` against moto (S3, logs) and a stubbed SageMaker client; compare the
     CreateTrainingJob it sends with the emulator's request for the same keyword arguments."""
-    pytest.importorskip("sagemaker")
-    moto = pytest.importorskip("moto")
+    import_or_skip("sagemaker")
+    moto = import_or_skip("moto")
     import boto3
     from botocore.stub import Stubber
     from sm_emulator_fixtures.real import RealSettings, run_real

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from emulator import quirks
+
+from .conftest import import_or_skip
 
 TORCH_NATIVE = {"sagemaker_torch_distributed_enabled": "true",
                 "sagemaker_toolkit_native_launcher_enabled": "true"}
@@ -72,7 +72,7 @@ def test_mpi_worker_failures_are_flagged() -> None:
 def test_native_launcher_quirk_is_reproduced_by_the_real_toolkit(tmp_path: Path) -> None:
     """torch_distributed + sagemaker_toolkit_native_launcher_enabled: a failing script, and yet
     the real toolkit exits 0 so the job Completes, as on SageMaker. detect() warns."""
-    pytest.importorskip("torch")
+    import_or_skip("torch")
     import emulator
 
     src = tmp_path / "src"

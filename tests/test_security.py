@@ -17,7 +17,7 @@ import pytest
 
 from emulator.archives import safe_extract
 
-from .conftest import listening_sockets
+from .conftest import import_or_skip, listening_sockets
 
 ENV_KEY = "AKIAQAEMULATORENVKEY"
 ENV_SECRET = "env-secret-3f9a1c77e0b24d5e9a8b6c5d4e3f2a1b0c9d8e7f"
@@ -49,7 +49,7 @@ print("PROBE " + json.dumps(found), flush=True)
 
 
 def _probe_job(tmp_path: Path, *, forward: bool) -> tuple[dict[str, dict], Path]:
-    pytest.importorskip("boto3")
+    import_or_skip("boto3")
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
     (home / ".aws" / "credentials").write_text(

@@ -1,10 +1,14 @@
-"""gloo all_reduce on every rank; prints a timestamp as its very first line."""
-import os
-import socket
-import sys
+"""gloo all_reduce on every rank; records when its first statement ran and when it finished."""
 import time
 
-print(f"BENCH_FIRST_LINE {time.time():.6f} {socket.gethostname()} {os.environ.get('RANK')}", flush=True)
+STARTED = time.time()
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from marks import mark  # noqa: E402
+
+mark("first", STARTED)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -15,7 +19,6 @@ for _ in range(int(os.environ.get("BENCH_STEPS", "20"))):
     dist.all_reduce(t)
 dist.barrier()
 ok = t[0].item() == dist.get_world_size() ** int(os.environ.get("BENCH_STEPS", "20"))
-print(f"BENCH_DONE {time.time():.6f} rank={dist.get_rank()} world={dist.get_world_size()} ok={ok}",
-      flush=True)
+mark("done")
 dist.destroy_process_group()
 sys.exit(0 if ok else 3)

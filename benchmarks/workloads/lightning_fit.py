@@ -1,9 +1,13 @@
-"""A tiny Lightning DDP fit (few steps); prints a timestamp as its very first line."""
-import os
-import socket
+"""A tiny Lightning DDP fit (few steps); records when its first statement ran and when it finished."""
 import time
 
-print(f"BENCH_FIRST_LINE {time.time():.6f} {socket.gethostname()} {os.environ.get('RANK')}", flush=True)
+STARTED = time.time()
+
+import os  # noqa: E402
+
+from marks import mark  # noqa: E402
+
+mark("first", STARTED)
 
 import torch  # noqa: E402
 
@@ -34,4 +38,4 @@ trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=nodes, strategy
                      enable_checkpointing=False, enable_progress_bar=False,
                      enable_model_summary=False)
 trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=16))
-print(f"BENCH_DONE {time.time():.6f} rank={trainer.global_rank} world={trainer.world_size}", flush=True)
+mark("done")

@@ -4,8 +4,10 @@ On SageMaker: ``python bert_lightning/launch.py [--backend ddp|smddp]``
 (with AWS credentials and a role). On the emulator:
 ``SAGEMAKER_EMULATOR_GPUS_PER_HOST=2 python -m emulator launch
 examples/bert_lightning/launch.py [--backend ddp|smddp]``.
-A tiny random-weight BERT with Lightning 2.x ``DDPStrategy``. SMDDP does not support g5 on SageMaker;
-the matrix runs the ``smddp`` variant on ml.p4d.24xlarge.
+A tiny random-weight BERT with Lightning 2.x ``DDPStrategy``: ``ddp`` on ml.g5.12xlarge, ``smddp`` on
+ml.p4d.24xlarge (the SageMaker data parallelism library supports ml.p4d.24xlarge and
+ml.p4de.24xlarge, not g5: AWS SageMaker Developer Guide, "Supported frameworks, AWS Regions, and
+instances types" of the SMDDP library).
 """
 
 import argparse
@@ -22,6 +24,7 @@ from examples.data import generate
 HERE = Path(__file__).resolve().parent
 DISTRIBUTIONS = {"ddp": {"torch_distributed": {"enabled": True}},
                  "smddp": {"smdistributed": {"dataparallel": {"enabled": True}}}}
+INSTANCE_TYPES = {"ddp": "ml.g5.12xlarge", "smddp": "ml.p4d.24xlarge"}
 
 
 def main():
@@ -38,7 +41,7 @@ def main():
         role=sagemaker.get_execution_role(),
         framework_version="2.2.0",
         py_version="py310",
-        instance_type="ml.g5.12xlarge",
+        instance_type=INSTANCE_TYPES[args.backend],
         instance_count=2,
         distribution=DISTRIBUTIONS[args.backend],
         hyperparameters={"backend": args.backend},

@@ -68,6 +68,14 @@ def strategy_for(backend):
     return DDPStrategy(process_group_backend="nccl"), len(os.environ["SM_HOSTS"].split(","))
 
 
+def save_metrics(folder, **values):
+    """What the example matrix judges, as a file in output.tar.gz: read from a file, it cannot be
+    split the way mpirun's --tag-output may split a printed line."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(values, f)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=["ddp", "smddp"], default="ddp")
@@ -75,6 +83,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
+    parser.add_argument("--output-data-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data"))
     parser.add_argument("--data-dir", default=os.environ.get("SM_CHANNEL_TRAINING", "data"))
     args = parser.parse_args()
 
@@ -94,6 +103,9 @@ def main():
         print(f"world_size={world_size} num_nodes={num_nodes}")
         print(f"first_loss={model.losses[0]:.4f}")
         print(f"last_loss={np.mean(model.losses[-5:]):.4f}")
+        save_metrics(args.output_data_dir, first_loss=model.losses[0], last_loss=float(np.mean(model.losses[-5:])),
+                     world_size=world_size, gpus_per_host=int(os.environ["SM_NUM_GPUS"]), torch=torch.__version__,
+                     lightning=pl.__version__)
         model.model.save_pretrained(args.model_dir)
         tokenizer.save_pretrained(args.model_dir)
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pytorch_lightning")
+from ..conftest import import_or_skip
+
+import_or_skip("pytorch_lightning")
 
 LIGHTNING_SCRIPT = """
 import os
@@ -57,6 +59,7 @@ def test_lightning_gpu_ddp_under_torchrun(run_script: Any) -> None:
 @pytest.mark.slow
 def test_lightning_smddp_sync_dist_fails_like_sagemaker(run_script: Any) -> None:
     result = run_script(LIGHTNING_SCRIPT, nproc=2, USE_SMDDP="1")
-    # Lightning maps sync_dist's "mean" to ReduceOp.AVG for every backend but gloo (reference B4).
+    # Lightning maps sync_dist's "mean" to ReduceOp.AVG for every backend but gloo (lightning/fabric/
+    # utilities/distributed.py, _sync_ddp); on SageMaker: Lightning-AI/pytorch-lightning#20409.
     assert result.returncode != 0
     assert "SMDDP does not support: ReduceOp" in result.stderr
