@@ -347,8 +347,8 @@ class ProcessBackend:
         running = ProcessJob(spec, proc)
         _LIVE.add(running)
         try:
-            ready = running.wait_event({"ready"}, AGENT_START_TIMEOUT)
-            running.agent_pid = self._agent_root_pid(proc.pid, int(ready["pid"]))
+            running.wait_event({"ready"}, AGENT_START_TIMEOUT)
+            running.agent_pid = self._agent_root_pid(proc.pid)
             prefix = spec.subnet.split("/")[1]
             for index, host in enumerate(spec.hosts, start=1):
                 running.hosts[host.name] = ProcessHost(running, host, index)
@@ -362,7 +362,7 @@ class ProcessBackend:
         return running
 
     @staticmethod
-    def _agent_root_pid(unshare_pid: int, ns_pid: int) -> int | None:
+    def _agent_root_pid(unshare_pid: int) -> int | None:
         try:
             children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
             return int(children[0]) if children else None
