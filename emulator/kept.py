@@ -7,9 +7,10 @@ job that completes keeps nothing; a spot interruption's hosts are replaced, neve
 
 How: the stack capture runs first (the processes still answer), then, instead of SIGTERM, grace
 and SIGKILL, every process of every kept host is **frozen** with SIGSTOP — exactly where it was:
-no NCCL/gloo timeout fires, nothing more is logged, no CPU is used. ``py-spy dump``, ``gdb -p``,
-``ps`` and ``/proc`` work on stopped processes; ``kill -CONT PID`` inside a host lets one run on.
-Processes you start in a host (``python -m emulator shell``) are not frozen.
+no NCCL/gloo timeout fires, nothing more is logged, no CPU is used. ``gdb -p``, ``ps`` and
+``/proc`` work on stopped processes, and ``py-spy dump --nonblocking`` (py-spy's default mode
+suspends the process itself and refuses one that is already stopped); ``kill -CONT PID`` inside a
+host lets one run on. Processes you start in a host (``python -m emulator shell``) are not frozen.
 
 The job's status is what SageMaker reports (``Stopped``/``MaxRuntimeExceeded``, ``Stopped``,
 ``Failed`` with its ``FailureReason``): on SageMaker these hosts would be gone; only the emulator

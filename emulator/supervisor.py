@@ -436,7 +436,9 @@ class _JobRun:
                            model_artifact=model, output_artifact=output, diagnostics=tuple(diagnostics),
                            warnings=tuple(merged.warnings),
                            first_failure=last.first_failure.host if last.first_failure else None)
-        _summary(result, self.stream, self.echo, [*merged.console, *kept.console(self.kept)])
+        _summary(result, self.stream, self.echo, merged.console)
+        if self.echo and self.kept is not None:  # last: what to do next
+            self.stream.write("\n".join(kept.console(self.kept)) + "\n")
         if last.interrupted is not None:
             raise last.interrupted
         return result

@@ -235,37 +235,30 @@ class ProcessJob:
     def teardown(self, grace: float) -> None:
         if self._closed:
             return
-        if self._kept:  # handed off: release the agent, touch nothing (it outlives us)
-            self._closed = True
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            _LIVE.discard(self)
-            return
-        self.pump()
-        for h in self.hosts.values():
-            h.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
-            time.sleep(0.05)
-        for h in self.hosts.values():
-            if h.poll() is None:
-                h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
-        self.send({"op": "exit"})
+        if not self._kept:  # (a kept job's agent is released below and outlives us: see keep)
+            self.pump()
+            for h in self.hosts.values():
+                h.signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
+                time.sleep(0.05)
+            for h in self.hosts.values():
+                if h.poll() is None:
+                    h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
+            self.send({"op": "exit"})
         self._closed = True
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.pump()
+        if not self._kept:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.pump()
         _LIVE.discard(self)
 
 
