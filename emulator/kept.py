@@ -229,7 +229,7 @@ def reap_job(kept: KeptJob) -> list[str]:
     lines: list[str] = []
     if kept.backend == "process":
         agent = kept.data.get("agent", {})
-        if _kill(int(agent.get("pid", 0)), agent.get("start_time")):
+        if _kill_agent(int(agent.get("pid", 0)), agent.get("start_time")):
             lines.append(f"killed the namespace agent of {kept.data['job_name']} (pid {agent['pid']}) "
                          f"and with it {', '.join(sorted(kept.hosts, key=_host_order))}")
     elif kept.backend == "docker":
@@ -280,9 +280,23 @@ def reap_orphan_agents() -> list[str]:
         pid, _, start = argv[-1].partition(":")
         if pid.isdigit() and not P.pid_alive(int(pid), int(start) if start.isdigit() else None):
             stat = P.proc_stat(int(entry))
-            if stat is not None and _kill(int(entry), stat.start_time):
+            if stat is not None and _kill_agent(int(entry), stat.start_time):
                 lines.append(f"killed namespace agent {entry} (its emulator, pid {pid}, is gone) and its hosts")
     return lines
+
+
+def _kill_agent(pid: int, start_time: int | None) -> bool:
+    """SIGKILL a namespace agent (and with it every host of its job): its ``unshare`` parent first
+    (``--kill-child`` takes the agent with it), so that ``unshare`` does not complain on the
+    terminal of the emulator that started it; then the agent itself."""
+    stat = P.proc_stat(pid) if pid > 0 and P.pid_alive(pid, start_time) else None
+    if stat is None:
+        return False
+    parent = P.proc_stat(stat.ppid)
+    if parent is not None and os.path.basename((P.proc_cmdline(stat.ppid) or [""])[0]) == "unshare":
+        _kill(stat.ppid, parent.start_time)
+    _kill(pid, start_time)
+    return True
 
 
 def _kill(pid: int, start_time: int | None) -> bool:

@@ -159,11 +159,15 @@ def test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap(tmp_path: Pa
 
 
 def test_max_runtime_keeps_every_host_and_shell_enters_algo_2(tmp_path: Path, reaped: list[Path]) -> None:
+    """Also: a freeze fault's end (which thaws its host) does not thaw a kept host."""
     request = create(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
                      job_name=f"kept-max-{uuid.uuid4().hex[:6]}", max_run=3)
     reaped.append(request.job_dir)
-    result = supervisor.run(request, echo=False, stop_grace=2, keep_hosts=True)
+    result = supervisor.run(request, echo=False, stop_grace=2, keep_hosts=True, faults=["freeze:algo-2"])
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
+    for host, rows in postmortem.processes(result.job_dir).items():
+        assert not isinstance(rows, str) and rows, host
+        assert {r.state for r in rows} == {"T"}, (host, rows)
     assert [h.how for h in result.hosts] == ["kept (frozen)", "kept (frozen)"]
     record = kept.load(result.job_dir)
     assert sorted(record.hosts) == ["algo-1", "algo-2"] and record.data["reason"] == "max-runtime"
@@ -228,7 +232,9 @@ def test_docker_keeps_containers_for_shell_ps_and_reap(tmp_path: Path, docker_re
     request = create(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
                      job_name=f"kept-docker-{uuid.uuid4().hex[:6]}", max_run=3)
     reaped.append(request.job_dir)
-    result = supervisor.run(request, backend="docker", echo=False, stop_grace=2, keep_hosts=True)
+    # a freeze fault pauses algo-2's container; a paused container refuses `docker exec`: kept, it is not paused
+    result = supervisor.run(request, backend="docker", echo=False, stop_grace=2, keep_hosts=True,
+                            faults=["freeze:algo-2"])
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
     assert result.description["Emulator"]["KeptHosts"]["Hosts"] == ["algo-1", "algo-2"]
     done = cli("shell", str(result.job_dir), "algo-2", "--", "hostname")

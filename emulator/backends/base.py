@@ -109,7 +109,8 @@ class LaunchSpec:
 
 
 class HostHandle(Protocol):
-    """A running host. Methods never raise for a host that has already exited."""
+    """A running host. Methods never raise for a host that has already exited; ``signal`` does
+    nothing to a host that :meth:`JobHandle.keep` handed off."""
 
     name: str
 

@@ -200,6 +200,7 @@ class DockerHost:
         self.sent: set[int] = set()  # fatal signals the emulator delivered
         self._stream_client = stream_client
         self._threads: list[threading.Thread] = []
+        self.kept = False  # handed off by DockerJob.keep
 
     @property
     def started(self) -> bool:
@@ -245,7 +246,7 @@ class DockerHost:
         return None if self._status is None else P.exit_of(self._status, self.sent)
 
     def signal(self, sig: int = _signal.SIGTERM) -> None:
-        if self._status is not None:
+        if self._status is not None or self.kept:  # kept: handed off, stays frozen
             return
         if sig not in (_signal.SIGSTOP, _signal.SIGCONT):
             self.sent.add(int(sig))
@@ -345,6 +346,8 @@ class DockerJob:
             if not kept or self._done:
                 return {"hosts": {}}
             self._done = True
+        for name in kept:
+            self.hosts[name].kept = True
         _LIVE.discard(self)
         return {"hosts": kept, "network": self._network.name, "owner": list(self._owner),
                 "containers": {n: h.container.name for n, h in self.hosts.items()}}

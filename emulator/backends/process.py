@@ -87,7 +87,7 @@ class ProcessHost:
         return None if self.status is None else P.exit_of(self.status, self.sent)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        if self.status is not None:
+        if self.status is not None or self._job._kept:  # kept: handed off, stays frozen
             return
         if sig not in (signal.SIGSTOP, signal.SIGCONT):
             self.sent.add(int(sig))
