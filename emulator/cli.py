@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator run|plan|reap|launch|timeline``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed.
@@ -97,14 +97,17 @@ def parser() -> argparse.ArgumentParser:
     _job_flags(run)
     run.add_argument("--stop-grace", type=float, default=STOP_GRACE,
                      help="seconds between SIGTERM and SIGKILL when the job is stopped (SageMaker: 120)")
-    run.add_argument("--keep-hosts", action="store_true", help="keep each host's /opt/ml tree")
+    run.add_argument("--keep-hosts", action="store_true",
+                     help="keep each host's /opt/ml tree, and the hosts still running at the end (frozen) "
+                          "for `shell` and `ps` until `reap`")
     run.add_argument("--fault", action="append", default=[], metavar="SPEC",
                      help="inject a fault, e.g. kill:algo-2:SIGKILL@5s, freeze:algo-2@log=/epoch 2/, spot@10s "
                           "(see emulator/faults.py)")
     run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
     plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run starts); start nothing")
     _job_flags(plan)
-    sub.add_parser("reap", help="remove what emulator processes that are gone left behind")
+    reap = sub.add_parser("reap", help="remove kept hosts, and what emulator processes that are gone left behind")
+    reap.add_argument("job_dir", metavar="JOB_DIR", nargs="?", help="only this kept job")
     launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
     launch.add_argument("script")
     launch.add_argument("args", nargs=argparse.REMAINDER)
@@ -112,6 +115,16 @@ def parser() -> argparse.ArgumentParser:
     timeline = sub.add_parser("timeline", help="draw JOB_DIR/timeline.png again from JOB_DIR/timeline.json")
     timeline.add_argument("job_dir", metavar="JOB_DIR")
     # -- end timeline --
+    # -- shell, ps (emulator/postmortem.py) --
+    shell = sub.add_parser("shell", help="enter a kept host (--keep-hosts): a shell, or run CMD and exit with "
+                                         "its status")
+    shell.add_argument("job_dir", metavar="JOB_DIR")
+    shell.add_argument("host", metavar="HOST", help="e.g. algo-2")
+    shell.add_argument("cmd", metavar="-- CMD", nargs=argparse.REMAINDER, help="command to run instead of a shell")
+    ps = sub.add_parser("ps", help="list the processes of each kept host of JOB_DIR (without it: the kept jobs)")
+    ps.add_argument("job_dir", metavar="JOB_DIR", nargs="?")
+    ps.add_argument("hosts", metavar="HOST", nargs="*", help="only these hosts")
+    # -- end shell, ps --
     return p
 
 
@@ -154,6 +167,11 @@ def _timeline(job_dir: str) -> int:
     return 0
 
 
+def _ended(args: argparse.Namespace) -> str:
+    return ("stopped, or kept (`python -m emulator ps` lists kept jobs)" if getattr(args, "keep_hosts", False)
+            else "torn down")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if args.command in ("run", "launch") else None
@@ -166,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.quiet:
                 print(f"{result.job_name}: {result.status}" +
                       (f" — {result.failure_reason}" if result.failure_reason else ""))
+                if "KeptHosts" in result.description["Emulator"]:  # processes remain: say so
+                    from .kept import console, load
+
+                    print("\n".join(console(load(result.job_dir))))
             return 0 if result.ok else 1
         if args.command == "plan":
             json.dump(plan_document(_request(args), args.backend), sys.stdout, indent=2, default=str)
@@ -174,8 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reap":
             from .reap import reap
 
-            for line in reap():
+            for line in reap(args.job_dir):
                 print(line)
+            return 0
+        if args.command == "shell":
+            from .postmortem import shell
+
+            shell(args.job_dir, args.host, args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
+        if args.command == "ps":
+            from .postmortem import list_kept, ps_text
+
+            print(ps_text(args.job_dir, args.hosts) if args.job_dir else list_kept())
             return 0
         if args.command == "launch":
             from .sdk.launch import launch
@@ -190,10 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     except Terminated:
-        print("terminated (SIGTERM): the job was stopped and its hosts torn down", file=sys.stderr)
+        print(f"terminated (SIGTERM): the job was stopped and its hosts {_ended(args)}", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print("interrupted: the job was stopped and its hosts torn down", file=sys.stderr)
+        print(f"interrupted: the job was stopped and its hosts {_ended(args)}", file=sys.stderr)
         return 130
     finally:
         if previous is not None:

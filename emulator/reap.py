@@ -1,48 +1,47 @@
-"""``python -m emulator reap``: remove what emulator runs that are gone left behind.
+"""``python -m emulator reap [JOB_DIR]``: remove kept hosts, and what emulator runs that are gone
+left behind.
 
-Process backend: a job's hosts live in namespaces whose PID 1 (the namespace agent) exits when its
-emulator does, so no process can be left; what can remain is a killed run's ``hosts/`` trees and
-temporary folders, removed here when their owner process is gone. Docker backend: containers and
-networks labelled by an emulator process that no longer exists (see
+Kept hosts (``--keep-hosts``, see :mod:`emulator.kept`): with ``JOB_DIR``, that job's; without,
+every kept job recorded in this machine's temp folder and every kept namespace agent whose
+emulator is gone. Process backend otherwise: a job's hosts live in namespaces whose PID 1 (the
+namespace agent) exits when its emulator does, so no process can be left; what can remain is a
+killed run's temporary folders, removed here when their owner process is gone. Docker backend:
+containers and networks labelled by an emulator process that no longer exists (see
 :func:`emulator.backends.docker.reap`).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from . import kept
+from .inhost.protocol import pid_alive
 
 
 def reap_temp() -> list[str]:
-    """Remove ``sm-emulator-*`` temp folders whose ``owner`` file names a dead process."""
+    """Remove ``sm-emulator-*`` temp folders whose ``owner`` file names a dead process (a kept
+    job's folder stays: :func:`emulator.kept.reap` removes it with its hosts)."""
     out = []
-    for path in Path(tempfile.gettempdir()).glob("sm-emulator-*"):
+    for path in Path(tempfile.gettempdir()).glob(f"{kept.SCRATCH_PREFIX}*"):
         owner = path / "owner"
         try:
             pid = int(owner.read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-        if not _pid_alive(pid):
+        if not pid_alive(pid) and not (path / kept.RECORD).exists():
             shutil.rmtree(path, ignore_errors=True)
             out.append(f"removed {path} (owner pid {pid} is gone)")
     return out
 
 
-def reap() -> list[str]:
-    """Everything ``reap`` removed, one line each."""
-    lines = reap_temp()
+def reap(job_dir: Path | str | None = None) -> list[str]:
+    """Everything ``reap`` removed, one line each; with ``job_dir``, only that kept job
+    (:class:`~emulator.errors.RequestError` when it is not one)."""
+    if job_dir is not None:
+        return kept.reap(job_dir)
+    lines = kept.reap() + reap_temp()
     try:
         from .backends import docker as docker_backend
     except ImportError:

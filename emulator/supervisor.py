@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from . import deviations, materialise
+from . import deviations, kept, materialise
 from . import plan as planning
 from .archives import build_archive
 from .backends import get_backend
@@ -221,6 +221,7 @@ class _JobRun:
         self.diag_dir = self.scratch / "backend-0" / "diagnostics"
         self.deadline = 0.0
         self.observer_errors: list[Diagnostic] = []
+        self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept.py)
 
     # -- observers -------------------------------------------------------------------------------
     def _notify(self, hook: str, *args: Any) -> None:
@@ -300,6 +301,7 @@ class _JobRun:
             self._say("interrupted: stopping every host")
             if handle is not None:
                 self._notify("before_stop", StopReason.INTERRUPT)
+                self._keep(handle, StopReason.INTERRUPT)
         finally:
             self._notify("on_end", clock.monotonic())
             if handle is not None:
@@ -349,17 +351,28 @@ class _JobRun:
         if outcome is Outcome.INTERRUPTED:
             self._enter("Interrupted")
             self._say("spot interruption: stopping every host")
-        elif outcome is Outcome.STOPPED:
+        stopping = "hosts that still run are kept (--keep-hosts)" if self.keep_hosts else \
+            f"SIGTERM, then SIGKILL after {grace:g} s"
+        if outcome is Outcome.STOPPED:
             self._enter("Stopping")
-            self._say(f"stop requested: SIGTERM, then SIGKILL after {grace:g} s")
+            self._say(f"stop requested: {stopping}")
         elif outcome is Outcome.MAX_RUNTIME:
             self._enter("Stopping")
-            self._say(f"MaxRuntimeInSeconds ({self.request.max_runtime_seconds}) exceeded: SIGTERM, "
-                      f"then SIGKILL after {grace:g} s")
+            self._say(f"MaxRuntimeInSeconds ({self.request.max_runtime_seconds}) exceeded: {stopping}")
         if any(name not in exits for name in handle.hosts):
             self.events.append(Event(self.clock.time(), "stop", None, STOP_REASONS[outcome].value))
             self._notify("before_stop", STOP_REASONS[outcome])
+            if outcome is not Outcome.INTERRUPTED:
+                self._keep(handle, STOP_REASONS[outcome])
         handle.teardown(grace)
+
+    def _keep(self, handle: JobHandle, reason: StopReason) -> None:
+        """``--keep-hosts``: freeze and hand off the hosts that still run (teardown then spares them)."""
+        if self.keep_hosts and self.kept is None:
+            self.kept = kept.keep(handle, job_dir=self.job_dir, scratch=self.scratch, job_name=self.request.job_name,
+                                  backend=self.be.name, reason=reason.value, diag_dir=self.diag_dir)
+            if self.kept is not None:
+                self._say(f"kept for post-mortem, frozen: {', '.join(self.kept.hosts)}")
 
     # -- the whole job ---------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -378,7 +391,7 @@ class _JobRun:
                     break
                 self.events.append(Event(clock.time(), "restart"))
             last = attempts[-1]
-            hosts = last.hosts or next((a.hosts for a in reversed(attempts) if a.hosts), ())
+            hosts = kept.mark(last.hosts or next((a.hosts for a in reversed(attempts) if a.hosts), ()), self.kept)
             finish = FinishContext(self.job_dir, self.diag_dir, last.outcome.status, last.outcome.secondary,
                                    tuple(hosts), tuple(self.events),
                                    last.first_failure.host if last.first_failure else None)
@@ -388,7 +401,8 @@ class _JobRun:
                 except Exception as exc:
                     self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.report: {exc!r}"))
         finally:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            if self.kept is None:  # a kept job's hosts still use it; `reap` removes it
+                shutil.rmtree(self.scratch, ignore_errors=True)
         self._enter("Uploading")
         roots = [materialise.host_root(self.job_dir, h.name) for h in hosts]
         out_dir = self.job_dir / "output"
@@ -411,6 +425,7 @@ class _JobRun:
             "Deviations": deviations.for_request(request),
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
+            **kept.describe(self.kept),
         })
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
@@ -422,6 +437,8 @@ class _JobRun:
                            warnings=tuple(merged.warnings),
                            first_failure=last.first_failure.host if last.first_failure else None)
         _summary(result, self.stream, self.echo, merged.console)
+        if self.echo and self.kept is not None:  # last: what to do next
+            self.stream.write("\n".join(kept.console(self.kept)) + "\n")
         if last.interrupted is not None:
             raise last.interrupted
         return result
@@ -554,7 +571,5 @@ def _summary(result: JobResult, stream: TextIO, echo: bool, console: Sequence[st
         stream.write(paint(f"warning: {w}", "33", stream) + "\n")
     for d in result.diagnostics:
         stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
-    for line in console:
-        stream.write(line + "\n")
     stream.write(f"job.json: {result.job_dir / 'job.json'}\n")
     stream.flush()

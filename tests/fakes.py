@@ -12,6 +12,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from emulator.backends.base import HostLaunch, LaunchSpec, Runtime, host_addresses, hosts_file
 from emulator.inhost.protocol import HostExit, exit_of, status_of_signal
@@ -81,6 +82,7 @@ class FakeJob:
         self.hosts = {h.name: FakeHost(h.name, scripts.get(h.name, HostScript()), clock) for h in spec.hosts}
         self.teardowns: list[float] = []
         self.disconnected: list[str] = []
+        self.kept: list[str] = []
 
     def disconnect(self, host: str) -> None:
         self.disconnected.append(host)
@@ -88,9 +90,16 @@ class FakeJob:
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         return ["true"]
 
+    def keep(self) -> dict[str, Any]:
+        """``--keep-hosts``: the running hosts get SIGSTOP and teardown leaves them alone."""
+        self.kept = [name for name, h in self.hosts.items() if h.poll() is None]
+        for name in self.kept:
+            self.hosts[name].signals.append(signal.SIGSTOP)
+        return {"hosts": {name: {} for name in self.kept}}
+
     def teardown(self, grace: float) -> None:
         self.teardowns.append(grace)
-        running = [h for h in self.hosts.values() if h.poll() is None]
+        running = [h for h in self.hosts.values() if h.poll() is None and h.name not in self.kept]
         for h in running:
             h.signal(signal.SIGTERM)
         if any(h.poll() is None for h in running):

@@ -109,7 +109,8 @@ class LaunchSpec:
 
 
 class HostHandle(Protocol):
-    """A running host. Methods never raise for a host that has already exited."""
+    """A running host. Methods never raise for a host that has already exited; ``signal`` does
+    nothing to a host that :meth:`JobHandle.keep` handed off."""
 
     name: str
 
@@ -135,10 +136,18 @@ class JobHandle(Protocol):
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         """An argv that runs ``argv`` inside ``host`` (its namespaces or container) from here."""
 
+    def keep(self) -> Mapping[str, Any]:
+        """Hand the hosts that still run over to ``python -m emulator shell|ps|reap``
+        (``--keep-hosts``; see :mod:`emulator.kept`): freeze every process of them (SIGSTOP) and
+        let them outlive this process. Returns ``{"hosts": {name: facts}, ...}``, the
+        backend's facts that find them again (empty ``hosts``: nothing ran, nothing was kept, and
+        :meth:`teardown` works as usual). After a keep, :meth:`teardown` leaves the job alone."""
+
     def teardown(self, grace: float) -> None:
         """SIGTERM every host, wait up to ``grace`` seconds, SIGKILL the rest, free the network.
 
-        Idempotent; after it returns no process, container or network of the job is left.
+        Idempotent; after it returns no process, container or network of the job is left
+        (unless :meth:`keep` handed them off).
         """
 
 

@@ -200,6 +200,7 @@ class DockerHost:
         self.sent: set[int] = set()  # fatal signals the emulator delivered
         self._stream_client = stream_client
         self._threads: list[threading.Thread] = []
+        self.kept = False  # handed off by DockerJob.keep
 
     @property
     def started(self) -> bool:
@@ -245,7 +246,7 @@ class DockerHost:
         return None if self._status is None else P.exit_of(self._status, self.sent)
 
     def signal(self, sig: int = _signal.SIGTERM) -> None:
-        if self._status is not None:
+        if self._status is not None or self.kept:  # kept: handed off, stays frozen
             return
         if sig not in (_signal.SIGSTOP, _signal.SIGCONT):
             self.sent.add(int(sig))
@@ -323,6 +324,33 @@ class DockerJob:
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         return ["docker", "exec", self.hosts[host].container.name, *argv]
+
+    def keep(self) -> dict[str, Any]:
+        """Freeze the containers that still run (SIGSTOP to every process, not ``docker pause``:
+        a paused container refuses ``docker exec``) and leave the job's containers and network to
+        ``emulator.kept`` (teardown no longer touches them; ``reap`` removes them)."""
+        kept: dict[str, Any] = {}
+        for name, h in self.hosts.items():
+            if not (h.started and h.poll() is None):
+                continue
+            try:
+                h.container.reload()
+                if h.container.status == "paused":  # a freeze fault
+                    h.container.unpause()
+                h.container.exec_run(["sh", "-c", "kill -s STOP -- -1"])  # all but PID 1
+                h.container.kill(signal="SIGSTOP")  # PID 1, from outside its PID namespace
+            except Exception:
+                continue  # exited meanwhile
+            kept[name] = {"container": h.container.name}
+        with self._lock:
+            if not kept or self._done:
+                return {"hosts": {}}
+            self._done = True
+        for name in kept:
+            self.hosts[name].kept = True
+        _LIVE.discard(self)
+        return {"hosts": kept, "network": self._network.name, "owner": list(self._owner),
+                "containers": {n: h.container.name for n, h in self.hosts.items()}}
 
     def teardown(self, grace: float) -> None:
         with self._lock:
@@ -576,9 +604,34 @@ def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
         start = lab.get(LABEL_OWNER_START) or ""
         return not P.pid_alive(pid, int(start) if start.isdigit() else None)
 
-    removed: list[str] = []
     stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})
              if dead(c.labels)]
+    networks = [n for n in client.networks.list(filters={"label": LABEL_JOB}) if dead(n.attrs.get("Labels") or {})]
+    return remove(client, stale, networks, owner=owner)
+
+
+def remove_job(container_names: Iterable[str], network: str, *, owner: tuple[int, int] | None = None) -> list[str]:
+    """Remove a kept job's containers and network (see :mod:`emulator.kept`), whoever owns them;
+    what is already gone is skipped. Returns the names of what was removed."""
+    client = _client()
+    errors = _sdk(".errors")
+    containers, networks = [], []
+    for name in container_names:
+        try:
+            containers.append(client.containers.get(name))
+        except errors.NotFound:
+            continue
+    try:
+        networks.append(client.networks.get(network))
+    except errors.NotFound:
+        pass
+    return remove(client, containers, networks, owner=owner if owner is not None else (os.getuid(), os.getgid()))
+
+
+def remove(client: Any, stale: Sequence[Any], networks: Sequence[Any], *, owner: tuple[int, int]) -> list[str]:
+    """Kill ``stale`` containers, hand their writable bind mounts back to ``owner``, remove them and
+    ``networks``. Returns the names of what was removed."""
+    removed: list[str] = []
     by_image: dict[str, set[str]] = {}
     for c in stale:
         if c.labels.get(LABEL_HELPER):
@@ -599,8 +652,7 @@ def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
     for c in stale:
         _remove(c)
         removed.append(c.name)
-    for n in client.networks.list(filters={"label": LABEL_JOB}):
-        if dead(n.attrs.get("Labels") or {}):
-            _remove(n)
-            removed.append(n.name)
+    for n in networks:
+        _remove(n)
+        removed.append(n.name)
     return removed

@@ -7,6 +7,12 @@ stdout. When stdin closes (the emulator exited or was killed) it exits, and beca
 of the job's PID namespace the kernel kills every process of every host with it: nothing of a
 job can outlive its emulator.
 
+The one exception is deliberate: the ``keep`` op (``--keep-hosts``, see :mod:`emulator.kept`).
+After it the agent answers ``kept``, sends its events and errors to the file the op names instead
+of the emulator's pipe, and no longer exits at end of input: it stays until every host has exited
+or it is killed (``python -m emulator reap`` SIGKILLs it, which kills every host with it). A job
+whose agent never got ``keep`` keeps the guarantee above.
+
 Runs with only the standard library and ``ip``/``nsenter``/``bwrap``; imports nothing else.
 """
 
@@ -24,6 +30,8 @@ BRIDGE = "br0"
 _lock = threading.Lock()
 _hosts: dict[str, int] = {}  # host → pid (in this namespace) of its PID 1
 _exited: set[str] = set()
+_all_exited = threading.Event()  # set when every started host has exited
+_kept: list[str] = []  # the events file, once the ``keep`` op arrived
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -97,6 +105,8 @@ def start_host(cmd: dict[str, Any]) -> None:
         code = proc.wait()
         _exited.add(host)
         emit("exited", host=host, code=code)
+        if _exited >= set(_hosts):
+            _all_exited.set()
 
     threading.Thread(target=wait, daemon=True).start()
 
@@ -115,9 +125,25 @@ def handle(cmd: dict[str, Any]) -> bool:
     elif op == "disconnect":
         ip("link", "set", f"veth{cmd['index']}", "down")
         ip("link", "set", f"veth{cmd['index']}", "nomaster")
-    elif op == "exit":
+    elif op == "keep":
+        keep(cmd["log"])
+    elif op == "exit":  # an explicit teardown ends a kept job too
+        _kept.clear()
         return False
     return True
+
+
+def keep(log: str) -> None:
+    """Outlive the emulator: answer ``kept``, then write events and errors to ``log`` (the
+    emulator's pipe goes away with it) and ignore end of input (see the module docstring)."""
+    emit("kept", pid=os.getpid())
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with _lock:
+        sys.stdout.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    os.close(fd)
+    _kept.append(log)
 
 
 def _own_proc() -> bool:
@@ -151,6 +177,8 @@ def main() -> None:
                 break
         except Exception as exc:  # report, keep serving
             emit("error", message=f"{type(exc).__name__}: {exc}")
+    if _kept and _hosts:
+        _all_exited.wait()
     for pid in _hosts.values():
         try:
             os.kill(pid, signal.SIGKILL)

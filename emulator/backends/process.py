@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 AGENT_START_TIMEOUT = 20.0
 HOST_START_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")
+#: On the namespace agent's command line, followed by its emulator's ``PID:START``.
+AGENT_OWNER_FLAG = "--owner"
 #: The ``PATH`` of the "image" after the interpreter's scripts (Debian's default, as in a DLC).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Variables of this machine that the "image" keeps, because the interpreter may need them.
@@ -85,7 +87,7 @@ class ProcessHost:
         return None if self.status is None else P.exit_of(self.status, self.sent)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        if self.status is not None:
+        if self.status is not None or self._job._kept:  # kept: handed off, stays frozen
             return
         if sig not in (signal.SIGSTOP, signal.SIGCONT):
             self.sent.add(int(sig))
@@ -101,21 +103,7 @@ class ProcessHost:
     def pids(self) -> list[int]:
         """Machine-level PIDs of every process in this host."""
         root = self.root_pid()
-        if root is None:
-            return []
-        try:
-            target = os.readlink(f"/proc/{root}/ns/pid")
-        except OSError:
-            return []
-        out = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.readlink(f"/proc/{entry}/ns/pid") == target:
-                        out.append(int(entry))
-                except OSError:
-                    continue
-        return sorted(out)
+        return [] if root is None else namespace_pids(root)
 
     def root_pid(self) -> int | None:
         """The machine-level PID of the host's PID 1."""
@@ -151,6 +139,7 @@ class ProcessJob:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._closed = False
+        self._kept = False
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -220,34 +209,56 @@ class ProcessJob:
         root = self.hosts[host].root_pid()
         if root is None:
             raise EmulatorError(f"{host} is not running")
-        return ["nsenter", "-t", str(root), "--all", "--preserve-credentials", *argv] if os.geteuid() else \
-            ["nsenter", "-t", str(root), "-n", "-u", "-m", "-p", "-i", *argv]
+        return nsenter_argv(root, argv)
+
+    def keep(self) -> dict[str, Any]:
+        """Freeze the hosts that still run (SIGSTOP to every process) and hand the agent off: it
+        stays after this process exits (see :mod:`.nsagent`). Returns the agent's and each kept
+        host's machine-level PID and start time (what ``emulator.kept`` finds them by)."""
+        self.pump()
+        kept: dict[str, Any] = {}
+        for name, h in self.hosts.items():
+            root = h.root_pid() if h.poll() is None else None
+            stat = P.proc_stat(root) if root is not None else None
+            if stat is not None:
+                h.signal(signal.SIGSTOP)
+                kept[name] = {"pid": root, "start_time": stat.start_time}
+        agent = P.proc_stat(self.agent_pid) if self.agent_pid is not None else None
+        if not kept or agent is None or self._closed:
+            return {"hosts": {}}
+        self.send({"op": "keep", "log": str(self.spec.scratch / "kept-agent.log")})
+        self.wait_event({"kept"}, AGENT_START_TIMEOUT)
+        self._kept = True
+        return {"hosts": kept, "agent": {"pid": agent.pid, "start_time": agent.start_time},
+                "user_namespace": os.geteuid() != 0}
 
     def teardown(self, grace: float) -> None:
         if self._closed:
             return
-        self.pump()
-        for h in self.hosts.values():
-            h.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
-            time.sleep(0.05)
-        for h in self.hosts.values():
-            if h.poll() is None:
-                h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
-        self.send({"op": "exit"})
+        if not self._kept:  # (a kept job's agent is released below and outlives us: see keep)
+            self.pump()
+            for h in self.hosts.values():
+                h.signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
+                time.sleep(0.05)
+            for h in self.hosts.values():
+                if h.poll() is None:
+                    h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
+            self.send({"op": "exit"})
         self._closed = True
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.pump()
+        if not self._kept:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.pump()
         _LIVE.discard(self)
 
 
@@ -341,7 +352,8 @@ class ProcessBackend:
                 if not m.read_only:
                     m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
-            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py"))],
+            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
+             AGENT_OWNER_FLAG, _owner()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(spec, proc)
@@ -368,6 +380,39 @@ class ProcessBackend:
             return int(children[0]) if children else None
         except (OSError, ValueError):
             return None
+
+
+def namespace_pids(root: int) -> list[int]:
+    """Machine-level PIDs of every process in the PID namespace of process ``root``."""
+    try:
+        target = os.readlink(f"/proc/{root}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == target:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return sorted(out)
+
+
+def nsenter_argv(root: int, argv: Sequence[str], *, workdir: bool = False) -> list[str]:
+    """An argv that runs ``argv`` in the namespaces of the host whose PID 1 is machine PID
+    ``root``; as an ordinary user, in the job's user namespace too (as its uid 0; not ``--all``:
+    the cgroup and time namespaces are this machine's, which a user namespace may not re-enter).
+    ``workdir``: start in the cwd of ``root`` (the host's ``/opt/ml/code``), else in ``/``."""
+    user = ["-U", "--preserve-credentials"] if os.geteuid() else []
+    return ["nsenter", "-t", str(root), *user, "-n", "-u", "-m", "-p", "-i", *(["-w"] if workdir else []), *argv]
+
+
+def _owner() -> str:
+    """``PID:START`` of this process: on the agent's command line, so ``reap`` can tell a kept
+    agent whose emulator is gone (see :mod:`emulator.kept`)."""
+    stat = P.proc_stat(os.getpid())
+    return f"{os.getpid()}:{stat.start_time if stat else 0}"
 
 
 def _home() -> str:
