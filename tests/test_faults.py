@@ -161,16 +161,34 @@ def test_log_trigger_matches_only_the_target_host() -> None:
 
 
 def test_spot_log_trigger_matches_any_host_and_fires_once() -> None:
-    job = fake_job()
-    inj = injector(["spot@log=/checkpoint saved/", "kill:algo-1@50s"], job)
-    assert not inj.spot_requested()
-    inj.on_line("algo-2", "checkpoint saved at step 10")
-    events = inj.tick(101.0)
-    assert [e.kind for e in events] == ["spot"] and inj.spot_requested()
-    assert all(not h.sent for h in job.hosts.values())  # the supervisor stops the hosts
-    again = inj.after_restart(fake_job(), 200.0)  # type: ignore[arg-type]
-    assert [F.describe(f) for f in again.pending()] == ["kill:algo-1:SIGKILL@50s"]
-    assert again.tick(260.0)[0].kind == "kill" and not again.spot_requested()
+    """Through the supervisor's FaultObserver: a spot fault armed by any host's log line requests a
+    restart; the faults that have not fired carry over into the next attempt's hosts."""
+    from pathlib import Path
+
+    from emulator.observers import AttemptContext
+
+    def attempt(n: int, job: FakeJob, started: float) -> AttemptContext:
+        return AttemptContext(n, job, tuple(job.hosts), Path("/nonexistent"), started, 1e9 + started)  # type: ignore[arg-type]
+
+    observer = F.FaultObserver(F.parse_all(["spot@log=/checkpoint saved/", "kill:algo-1@50s"]))
+    first = fake_job()
+    observer.on_start(attempt(0, first, 100.0))
+    assert not observer.restart_requested()
+    observer.on_line("algo-2", "checkpoint saved at step 10")
+    events = observer.on_tick(101.0)
+    assert [e.detail for e in events] == ["spot@log=/checkpoint saved/: spot interruption requested"]
+    assert observer.restart_requested()
+    assert all(not h.sent for h in first.hosts.values())  # the supervisor stops the hosts
+    observer.on_end(102.0)
+    second = fake_job()
+    observer.on_start(attempt(1, second, 130.0))
+    assert not observer.restart_requested()
+    assert observer.on_tick(149.0) == []  # kill@50s counts from the first attempt's start (100)
+    observer.on_line("algo-2", "checkpoint saved at step 20")  # the spot fault fired once: ignored
+    fired = observer.on_tick(150.0)
+    assert [e.kind for e in fired] == ["fault"] and second.hosts["algo-1"].sent == [signal.SIGKILL]
+    assert not observer.restart_requested()
+    assert [e.to_dict()["Kind"] for e in observer.events] == ["spot", "kill"]
 
 
 def test_netcut_disconnects() -> None:
