@@ -14,15 +14,19 @@ Before patching, the target is checked (:func:`problems`):
 - **changed**: the fingerprint differs from the pinned version's (a new parameter, a new default,
   another docstring signature of a C function).
 
-Every problem is logged, once per process, on stderr (the host's log) with what changed. For a
-**critical** group a missing or broken target stops the process: :func:`replace`/:func:`wrap`
-raise :class:`PatchMismatch` (an ``ImportError``) from the import that triggered the patch, so the
-rank or the toolkit fails and the host with it. Critical means: without the patch, or with it
-bound to an original whose parameters changed, a job could complete here with a result that
-differs from SageMaker's and no error (the smddp stand-in's limit checks: a script SageMaker
-rejects would pass). Every other group degrades loudly instead: a wrapper whose target is missing
-or broken is skipped (the unpatched call then fails as it would on a CPU machine: "Torch not
-compiled with CUDA", "not emulated: torch.cuda.Stream" ...), a replacement is applied anyway (it
+Every problem is logged, once per process, on stderr (the host's log) with what changed. A
+*changed* fingerprint is reported only where the installed distribution is the pinned version
+(the framework families of ``emulator/frameworks.py`` run other torch versions, whose signatures
+differ in harmless ways; there only missing and broken targets count). For a **critical** group a
+broken target stops the process: :func:`replace`/:func:`wrap` raise :class:`PatchMismatch` (an
+``ImportError``) from the import that triggered the patch, so the rank or the toolkit fails and
+the host with it. Critical means: with the patch bound to an original whose parameters changed, a
+job could complete here with a result that differs from SageMaker's and no error (the smddp
+stand-in's limit checks: a script SageMaker rejects would pass). A missing target is never fatal:
+what a torch version lacks, a script cannot call there either. Every other group degrades loudly
+instead: a wrapper whose target is missing or broken is skipped (the unpatched call then fails as
+it would on a CPU machine: "Torch not compiled with CUDA", "not emulated: torch.cuda.Stream" ...),
+a replacement is applied anyway (it
 is the emulator's own implementation and does not call the original).
 
 The README's list of patches is generated from this module (``python -m emulator.inhost.patches
@@ -251,7 +255,7 @@ REGISTRY: tuple[Patch, ...] = tuple([
           "dim=0)", _TORCH),
     Patch("gloo-backend", _C10D, "init_process_group",
           "(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, group_name='', "
-          "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend", "device_id"),
+          "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend",),
           aliases=("torch.distributed",)),
     Patch("gloo-backend", _C10D, "barrier", "(group=None, async_op=False, device_ids=None, timeout=None)", _TORCH,
           "wrap", needs=("group", "device_ids"), aliases=("torch.distributed",)),
@@ -359,15 +363,32 @@ def problems(patch: Patch, original: Any) -> dict[str, str]:
         if gone:
             found["broken"] = f"parameter(s) {', '.join(gone)} not found"
     actual = fingerprint(original)
-    if actual != patch.expected:
+    if actual != patch.expected and _pinned_installed(patch):
         found["changed"] = f"expected {patch.expected}, found {actual}"
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pinned_installed(patch: Patch) -> bool:
+    """True when the distribution ``patch`` was fingerprinted in is installed at that version."""
+    name, version = pinned_distribution(patch)
+    installed = _installed_version(name)
+    return installed is not None and version_matches(installed, version)
 
 
 def describe(patch: Patch, found: Mapping[str, str]) -> str:
     """One line saying what changed and what happens now."""
     group = GROUPS[patch.group]
-    fatal = group.critical and ("missing" in found or "broken" in found)
+    fatal = group.critical and "broken" in found
     if fatal:
         then = ("this process stops: without this patch a job SageMaker would reject could complete here "
                 f"({group.why})")
@@ -389,7 +410,7 @@ def _check(patch: Patch, original: Any) -> bool:
     if not found:
         return True
     message = describe(patch, found)
-    if GROUPS[patch.group].critical and ("missing" in found or "broken" in found):
+    if GROUPS[patch.group].critical and "broken" in found:
         print(f"[emulator] {message}", file=sys.stderr, flush=True)
         raise PatchMismatch(message)
     if patch.target not in _REPORTED:
