@@ -368,7 +368,7 @@ def problems(patch: Patch, original: Any) -> dict[str, str]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed_version(distribution: str) -> str | None:
     from importlib import metadata
 
