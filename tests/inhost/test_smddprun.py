@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from emulator.inhost import BIN
+from emulator.inhost import SMDDP_BIN
 
 
 def test_smddprun_sets_rank_variables() -> None:
@@ -23,7 +23,7 @@ def test_smddprun_sets_rank_variables() -> None:
         "'MASTER_PORT', 'NODE_RANK')])"
     )
     out = subprocess.run(
-        [str(BIN / "smddprun"), sys.executable, "-c", code],
+        [str(SMDDP_BIN / "smddprun"), sys.executable, "-c", code],
         env=env, capture_output=True, text=True, check=True, timeout=30,
     ).stdout.split()  # fmt: skip
     assert out == [
@@ -34,7 +34,7 @@ def test_smddprun_sets_rank_variables() -> None:
 
 def test_smddprun_outside_mpi_fails_clearly() -> None:
     result = subprocess.run(
-        [str(BIN / "smddprun"), "true"], env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+        [str(SMDDP_BIN / "smddprun"), "true"], env={"PATH": "/usr/bin:/bin"}, capture_output=True,
         text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 2
