@@ -161,7 +161,8 @@ def test_caller_secrets_reach_no_rank_no_pip_and_no_ssh_launched_rank(
     for key, value in {**SECRETS, PASSED: "passed-on-purpose"}.items():
         monkeypatch.setenv(key, value)
     src = _source(tmp_path, {"report.py": ENV_REPORT, "requirements.txt": "./envdump\n",
-                             "envdump/pyproject.toml": ENVDUMP_PYPROJECT, "envdump/envdump_backend.py": ENVDUMP_BACKEND})
+                             "envdump/pyproject.toml": ENVDUMP_PYPROJECT,
+                             "envdump/envdump_backend.py": ENVDUMP_BACKEND})
     result = emulator.run(entry_point="report.py", source_dir=src, instance_count=2, instance_type="ml.m5.large",
                           distribution={"mpi": {"enabled": True, "processes_per_host": 1}}, pass_env=[PASSED],
                           short_toolkit_sleeps=True, output_path=tmp_path / "out", job_name=f"secrets-{backend}",
