@@ -16,8 +16,8 @@ import pytest
 import emulator
 from emulator.errors import RequestError
 
-from .conftest import our_processes
 from .test_bad_input import CPU, GPU, Case, _tree, workspace  # noqa: F401  (workspace: a fixture)
+from .test_bad_input import test_bad_request_is_refused_before_anything_starts as refused
 
 
 def _data(root: Path) -> Path:
@@ -67,21 +67,13 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_option_is_refused_before_anything_starts(case: Case, workspace: Path) -> None:  # noqa: F811
+    refused(case, workspace)  # test_bad_input.py's harness: the field, the text, no file, no process
     kwargs: dict[str, Any] = {"entry_point": "train.py", "source_dir": workspace / "src",
-                              "output_path": workspace / "out", "job_name": "qa-job", "echo": False}
-    if case.setup is not None:
-        kwargs.update(case.setup(workspace))
-    kwargs.update(case.kwargs)
-    before = _tree(workspace)
-    children_before = set(our_processes())
+                              "output_path": workspace / "out", "job_name": "qa-job", "echo": False,
+                              **(case.setup(workspace) if case.setup else {}), **case.kwargs}
     with pytest.raises(RequestError) as info:
         emulator.run(**kwargs)
-    err = info.value
-    assert err.field == case.field, str(err)
-    assert str(err).startswith(case.field + ":") and "(allowed: " in str(err)
-    assert case.says in str(err)
-    assert _tree(workspace) == before, "a refused request wrote files"
-    assert set(our_processes()) == children_before, "a refused request started processes"
+    assert "(allowed: " in str(info.value)  # and what is allowed
 
 
 CLI_CASES = [

@@ -57,19 +57,16 @@ def _output_files(result: JobResult) -> dict[str, bytes]:
 
 # -- item 1: faults still pending after a spot restart fire in the new attempt ---------------------
 FOREVER = """\
-import json, os, socket, time
-ckpt = f"/opt/ml/checkpoints/state-{socket.gethostname()}.json"
-step = 0
-if os.path.exists(ckpt):
-    with open(ckpt) as f:
-        step = json.load(f)["step"]
+import json, os, pathlib, socket, time
+ckpt = pathlib.Path(f"/opt/ml/checkpoints/state-{socket.gethostname()}.json")
+step = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
+if step:
     print(f"resumed from step {step}", flush=True)
-while True:  # never ends on its own
+while True:  # never ends on its own; checkpoints every step
     time.sleep(0.3)
     step += 1
-    with open(ckpt + ".tmp", "w") as f:
-        json.dump({"step": step}, f)
-    os.replace(ckpt + ".tmp", ckpt)
+    ckpt.with_suffix(".tmp").write_text(json.dumps({"step": step}))
+    os.replace(ckpt.with_suffix(".tmp"), ckpt)
     print(f"step {step}", flush=True)
 """
 

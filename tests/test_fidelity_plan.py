@@ -24,6 +24,7 @@ from emulator.errors import RequestError
 from emulator.inhost import GPU_BIN, ROOT
 
 from .fakes import FakeBackend, FakeClock, HostScript
+from .test_bad_input import workspace  # noqa: F401  (a fixture)
 
 TORCHRUN = {"torch_distributed": {"enabled": True}}
 SMDDP = {"smdistributed": {"dataparallel": {"enabled": True}}}
@@ -31,11 +32,8 @@ MPI = {"mpi": {"enabled": True, "processes_per_host": 1}}
 
 
 @pytest.fixture
-def src(tmp_path: Path) -> Path:
-    folder = tmp_path / "src"
-    folder.mkdir()
-    (folder / "train.py").write_text("print('hi')\n")
-    return folder
+def src(workspace: Path) -> Path:  # noqa: F811
+    return workspace / "src"  # holds train.py
 
 
 def _plan(src: Path, **kwargs: Any) -> planning.JobPlan:
