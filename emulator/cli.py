@@ -53,6 +53,10 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help='SDK distribution dict as JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'')
     p.add_argument("--hyperparameters", help="JSON object of hyperparameters (plain values)")
     p.add_argument("--channel", action="append", default=[], metavar="NAME=DIR")
+    p.add_argument("--sharded-channel", action="append", default=[], metavar="NAME=DIR",
+                   help="a channel with S3DataDistributionType ShardedByS3Key (each host gets its own share)")
+    p.add_argument("--checkpoint-local-path", help="CheckpointConfig.LocalPath (default /opt/ml/checkpoints; "
+                   "needs --checkpoint-dir)")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--max-run", type=int, default=86_400, metavar="SECONDS")
     p.add_argument("--job-name")
@@ -71,6 +75,22 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                    help="pass this variable of your environment into every host (repeatable; "
                         "nothing else of your environment reaches a host)")
+    p.add_argument("--host-order", metavar="HOST,HOST,...",
+                   help="order of each instance group's hosts in resourceconfig.json, e.g. algo-2,algo-1 "
+                        "(default: sorted lexicographically, as SageMaker documents)")
+    p.add_argument("--smddp-strict", action="store_true",
+                   help="the SMDDP stand-in refuses what it only infers SMDDP does not support (default: warns)")
+
+
+def _channels(args: argparse.Namespace) -> dict[str, Any]:
+    plain: dict[str, Any] = dict(_kv(args.channel, "--channel"))
+    sharded = _kv(args.sharded_channel, "--sharded-channel")
+    for name, folder in sharded.items():
+        if name in plain:
+            raise RequestError(f"InputDataConfig.{name}", "given as --channel and --sharded-channel",
+                               allowed="one of them per channel")
+        plain[name] = {"path": folder, "distribution": "ShardedByS3Key"}
+    return plain
 
 
 def _request(args: argparse.Namespace) -> Any:
@@ -81,12 +101,14 @@ def _request(args: argparse.Namespace) -> Any:
         instance_type=args.instance_type, gpus_per_host=args.gpus_per_host,
         distribution=_json(args.distribution, "distribution", dict),
         hyperparameters=_json(args.hyperparameters, "HyperParameters", dict),
-        channels=_kv(args.channel, "--channel"), environment=_kv(args.env, "--env"),
+        channels=_channels(args), environment=_kv(args.env, "--env"),
         output_path=args.output_dir, max_run=args.max_run, job_name=args.job_name,
-        checkpoint_dir=args.checkpoint_dir, image_uri=args.image,
+        checkpoint_dir=args.checkpoint_dir, checkpoint_local_path=args.checkpoint_local_path, image_uri=args.image,
         pytorchddp_encoding=args.pytorchddp_encoding,
         forward_aws_credentials=args.forward_aws_credentials,
-        short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env)
+        short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env,
+        host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
+        smddp_strict=args.smddp_strict)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,9 +161,11 @@ def plan_document(request: Any, backend_name: str) -> dict[str, Any]:
     from pathlib import Path
 
     from .backends import get_backend
+    from .preflight import check as preflight
     from .supervisor import launch_plan
 
     backend = get_backend(backend_name)
+    preflight(request, backend)
     job_plan, spec = launch_plan(request, backend, caller_env=dict(os.environ), job_id=f"{request.job_name}-<id>",
                                  scratch=Path(tempfile.gettempdir()) / f"sm-emulator-{request.job_name[:20]}-<id>"
                                  / "backend-0")

@@ -17,4 +17,13 @@ def for_request(request: JobRequest) -> list[str]:
         out.append("toolkit MPI sleeps capped at 1 s")
     if request.fast_start:
         out.append("fast rank start (forked ranks)")
+    if request.gpus_per_host is not None:
+        for group in request.instance_groups:
+            itype = group.type
+            if itype.is_gpu and request.gpus_per_host < itype.gpus:
+                out.append(f"GPUs scaled down: {request.gpus_per_host} of {itype.gpus} GPUs per host on "
+                           f"{itype.name} (instance group {group.name}); SM_NUM_GPUS and the ranks per host "
+                           "follow the smaller count")
+    if request.smddp_strict:
+        out.append("SMDDP strict: the smddp stand-in refuses limits that are only inferred (see the README)")
     return out

@@ -3,7 +3,12 @@
 The tree of ``algo-N`` lives in ``<job dir>/hosts/algo-N`` on this machine and is mounted at
 ``/opt/ml`` inside the host. The source dir (or the SDK's ``sourcedir.tar.gz``) is unpacked into
 ``code`` of every host, as the toolkit would download it; channels are mounted read-only over
-``input/data/<channel>``; a checkpoint folder is restored into each host's checkpoint path.
+``input/data/<channel>`` (a ``ShardedByS3Key`` channel: each host's share of the files, see
+:mod:`emulator.sharding`); a checkpoint folder is restored into each host's checkpoint path:
+``CheckpointConfig.LocalPath`` under ``/opt/ml`` is a folder of the tree, elsewhere a per-host folder
+(``<job dir>/hosts/algo-N.checkpoints``) mounted at that path (:mod:`emulator.preflight` refuses
+paths the backend cannot mount). Checkpoints are synced back when the hosts stop (SageMaker uploads
+them continually; a spot restart restores what the last attempt left).
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from . import sharding
 from .archives import safe_extract
 from .backends.base import Mount
 from .inhost import protocol as P
 from .plan import HostPlan, JobPlan
+from .request import Channel, JobRequest
 
 
 def host_root(job_dir: Path, host: str) -> Path:
@@ -36,13 +43,41 @@ def _ignore_for(output_path: Path) -> Callable[[str, list[str]], set[str]]:
     return ignore
 
 
+def checkpoint_folder(request: JobRequest, host: str) -> Path | None:
+    """Where ``host``'s ``CheckpointConfig.LocalPath`` lives on this machine (None without a
+    ``CheckpointConfig.S3Uri`` and outside ``/opt/ml``: nothing is synced then)."""
+    local = request.checkpoint_local_path.rstrip("/")
+    if local.startswith(f"{P.OPT_ML}/"):
+        return host_root(request.job_dir, host) / local[len(P.OPT_ML) + 1:]
+    if request.checkpoint_dir is None:
+        return None
+    return request.job_dir / "hosts" / f"{host}.checkpoints"
+
+
 def host_mounts(plan: JobPlan, host: str) -> tuple[Mount, ...]:
     """What a host mounts from this machine: its tree at ``/opt/ml``, then each channel read-only
-    at ``/opt/ml/input/data/<channel>`` (except channels copied into the tree). Pure."""
+    at ``/opt/ml/input/data/<channel>`` (except channels copied into the tree; a ``ShardedByS3Key``
+    channel from the host's share), then a checkpoint folder outside ``/opt/ml``. Pure."""
     request = plan.request
     tree = Mount(host_root(request.job_dir, host), P.OPT_ML)
-    return (tree, *(Mount(c.path, f"{P.OPT_ML}/input/data/{c.name}", read_only=True)
-                    for c in request.channels if not c.copy))
+    channels = tuple(Mount(channel_source(plan, c, host), f"{P.OPT_ML}/input/data/{c.name}", read_only=True)
+                     for c in request.channels if not c.copy)
+    local = request.checkpoint_local_path.rstrip("/")
+    folder = checkpoint_folder(request, host)
+    outside = (Mount(folder, local),) if folder is not None and not local.startswith(f"{P.OPT_ML}/") else ()
+    return (tree, *channels, *outside)
+
+
+def channel_source(plan: JobPlan, channel: Channel, host: str) -> Path:
+    """The folder mounted as ``channel`` in ``host``: the channel's, or for ``ShardedByS3Key`` with
+    more than one host, the host's share (``<job dir>/hosts/algo-N.shards/<channel>``)."""
+    if _sharded(plan.request, channel):
+        return plan.request.job_dir / "hosts" / f"{host}.shards" / channel.name
+    return channel.path
+
+
+def _sharded(request: JobRequest, channel: Channel) -> bool:
+    return channel.s3_distribution_type == "ShardedByS3Key" and request.host_count > 1
 
 
 def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
@@ -60,14 +95,18 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
         safe_extract(source, code)
     else:
         shutil.copytree(source, code, dirs_exist_ok=True, ignore=_ignore_for(request.output_path))
-    for c in request.channels:  # SDK v3's code and sm_drivers: copied, writable, as SageMaker downloads them
-        if c.copy:
-            shutil.copytree(c.path, root / "input" / "data" / c.name, dirs_exist_ok=True)
-    local = request.checkpoint_local_path.rstrip("/")
-    if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
-        target = root / local[len("/opt/ml/"):] if local.startswith("/opt/ml/") else None
-        if target is not None:
-            shutil.copytree(request.checkpoint_dir, target, dirs_exist_ok=True)
+    for c in request.channels:
+        # copied channels (SDK v3's code and sm_drivers): writable copies, as SageMaker downloads them
+        target = root / "input" / "data" / c.name if c.copy else channel_source(plan, c, host.name)
+        if _sharded(request, c):
+            sharding.write_share(c.path, sharding.share(c.path, request.hosts, host.name), target, link=not c.copy)
+        elif c.copy:
+            shutil.copytree(c.path, target, dirs_exist_ok=True)
+    folder = checkpoint_folder(request, host.name)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
+            shutil.copytree(request.checkpoint_dir, folder, dirs_exist_ok=True)
 
 
 def write_all(plan: JobPlan) -> None:
@@ -80,11 +119,10 @@ def sync_checkpoints(plan: JobPlan, job_dir: Path) -> None:
     """Copy every host's checkpoint folder back to ``CheckpointConfig.S3Uri`` (merged, as the
     platform's single S3 prefix for all instances is)."""
     request = plan.request
-    local = request.checkpoint_local_path.rstrip("/")
-    if request.checkpoint_dir is None or not local.startswith("/opt/ml/"):
+    if request.checkpoint_dir is None:
         return
     request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     for host in plan.hosts:
-        src = host_root(job_dir, host.name) / local[len("/opt/ml/"):]
-        if src.is_dir():
+        src = checkpoint_folder(request, host.name)
+        if src is not None and src.is_dir():
             shutil.copytree(src, request.checkpoint_dir, dirs_exist_ok=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import toolkit_model as tk
 from .distribution import Runner, runner_for
 from .inhost import protocol as P
+from .instance_types import InstanceType
 from .request import JobRequest
 
 if TYPE_CHECKING:
@@ -96,16 +97,27 @@ class JobPlan:
 
 
 def resource_config(request: JobRequest, host: str) -> dict[str, Any]:
-    """``resourceconfig.json`` for ``host``, in the real-job shape and key order."""
-    hosts = request.hosts
-    groups, start = [], 0
+    """``resourceconfig.json`` for ``host``, in the real-job shape and key order.
+
+    ``hosts`` is "sorted lexicographically" (AWS's documentation of the file; the toolkit's
+    ``Environment.hosts`` docstring says the same), so from 10 hosts up it reads ``algo-1,
+    algo-10, algo-11, …, algo-2``. Each instance group's ``hosts`` is sorted the same way, unless
+    the request's ``host_order`` puts them in another order (a real ml.p4d.24xlarge job listed its
+    group as ``["algo-2", "algo-1"]``); the top-level list stays sorted (its order in that job
+    is not known). The toolkit takes the master (``torchrun --master_addr``, ``mpirun``'s first
+    host) from the distribution group's ``hosts[0]``.
+    """
+    members, start = [], 0
     for g in request.instance_groups:
-        groups.append({"instance_group_name": g.name, "instance_type": g.instance_type,
-                       "hosts": hosts[start:start + g.count]})
+        members.append(request.hosts[start:start + g.count])
         start += g.count
+    position = {h: i for i, h in enumerate(request.host_order)} if request.host_order else None
+    groups = [{"instance_group_name": g.name, "instance_type": g.instance_type,
+               "hosts": sorted(names, key=position.__getitem__) if position else sorted(names)}
+              for g, names in zip(request.instance_groups, members)]
     group = request.group_of(host)
     return {"current_host": host, "current_instance_type": group.instance_type,
-            "current_group_name": group.name, "hosts": hosts, "instance_groups": groups,
+            "current_group_name": group.name, "hosts": sorted(request.hosts), "instance_groups": groups,
             "network_interface_name": P.INTERFACE, "topology": None}
 
 
@@ -114,12 +126,25 @@ def container_command(request: JobRequest, runtime: Runtime) -> list[str]:
     return list(request.container_command or runtime.train_command)
 
 
+def inhost_paths(runtime: Runtime, itype: InstanceType) -> dict[str, str]:
+    """``PATH`` and ``PYTHONPATH`` of a host of type ``itype``: the in-host folders that exist on
+    that type (``nvidia-smi`` only with GPUs; ``smddprun`` and ``smdistributed`` only where the
+    image ships SMDDP, see :attr:`~emulator.instance_types.InstanceType.has_smddp`), then the
+    image's ``PATH``."""
+    root = runtime.inhost_root
+    bins = [P.INHOST_GPU_BIN] * itype.is_gpu + [P.INHOST_SMDDP_BIN] * itype.has_smddp
+    sites = [P.INHOST_SITE] + [P.INHOST_SMDDP_SITE] * itype.has_smddp
+    return {"PATH": ":".join([*(f"{root}/{b}" for b in bins), runtime.path]),
+            "PYTHONPATH": ":".join(f"{root}/{s}" for s in sites)}
+
+
 def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, str]) -> dict[str, str]:
-    """The environment every host's PID 1 starts with (see the module docstring)."""
+    """The environment every host's PID 1 starts with (see the module docstring); ``PATH`` and
+    ``PYTHONPATH`` are those of the first group's type (:func:`inhost_paths`; ``build`` sets them
+    per host)."""
     env = dict(runtime.base_env)
     env.update(DLC_ENV)
-    env.update({"PATH": f"{runtime.inhost_root}/bin:{runtime.path}",
-                "PYTHONPATH": f"{runtime.inhost_root}/site", "TMPDIR": "/tmp",
+    env.update({**inhost_paths(runtime, request.instance_groups[0].type), "TMPDIR": "/tmp",
                 P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR})
     env.update(NO_CREDENTIALS_ENV)
     if request.forward_aws_credentials:
@@ -132,6 +157,8 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
         env[P.ENV_SHORT_TOOLKIT_SLEEPS] = "1"
     if request.fast_start:
         env[P.ENV_FAST_START] = "1"
+    if request.smddp_strict:
+        env[P.ENV_SMDDP_STRICT] = "1"
     env.update({k: caller_env[k] for k in request.pass_env if k in caller_env})
     env.update(request.environment)
     return env
@@ -164,8 +191,10 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
         if request.checkpoint_local_path.startswith(f"{P.OPT_ML}/"):
             dirs.append(request.checkpoint_local_path[len(P.OPT_ML) + 1:].rstrip("/"))
         env = dict(common)
+        env.update({k: v for k, v in inhost_paths(runtime, group.type).items() if k not in request.environment})
         env[P.ENV_GPU_COUNT] = str(gpus)
         env[P.ENV_GPU_MODEL] = group.type.gpu_model
+        env[P.ENV_GPU_MEMORY] = str(group.type.gpu_memory)
         toolkit = runner != "container"
         toolkit_runner: Runner = "process" if runner == "container" else runner
         plans.append(HostPlan(
@@ -177,6 +206,7 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
             launcher=tk.launcher_command(toolkit_runner, rc, request.hyperparameters, num_gpus=gpus,
                                          python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
+                                         smddprun=group.type.has_smddp,
                                          gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO)
             if toolkit else None,
         ))

@@ -121,6 +121,11 @@ class JobRequest:
     #: ``<source_dir>/requirements.txt`` (SDK v3: ``SourceCode.requirements``, inside the ``code``
     #: channel). The job environment is prepared from it (see :mod:`emulator.jobenv`).
     requirements_file: Path | None = None
+    #: The order of each instance group's ``hosts`` in ``resourceconfig.json`` (every host of the
+    #: job once); None: sorted lexicographically, as SageMaker documents (see :mod:`emulator.plan`).
+    host_order: tuple[str, ...] | None = None
+    #: The SMDDP stand-in refuses what it only infers SMDDP does not support (default: warns).
+    smddp_strict: bool = False
 
     @property
     def container_command(self) -> tuple[str, ...] | None:
@@ -225,7 +230,7 @@ def create(
     gpus_per_host: int | None = None,
     distribution: Mapping[str, Any] | None = None,
     hyperparameters: Mapping[str, Any] | None = None,
-    channels: Mapping[str, str | os.PathLike[str]] | None = None,
+    channels: Mapping[str, str | os.PathLike[str] | Mapping[str, Any]] | None = None,
     environment: Mapping[str, str] | None = None,
     output_path: str | os.PathLike[str] = "./out",
     max_run: int = MAX_RUNTIME_DEFAULT,
@@ -241,6 +246,8 @@ def create(
     short_toolkit_sleeps: bool = False,
     fast_start: bool = False,
     pass_env: Sequence[str] = (),
+    host_order: Sequence[str] | None = None,
+    smddp_strict: bool = False,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -255,6 +262,11 @@ def create(
         source = _local_path(source_dir, "source_dir")
         entry = os.fspath(entry_point)
     name = job_name if job_name is not None else default_job_name(base_job_name)
+    if checkpoint_local_path is not None and checkpoint_dir is None:
+        raise RequestError("CheckpointConfig.LocalPath", f"{checkpoint_local_path!r} given without "
+                           "CheckpointConfig.S3Uri (checkpoint_dir): the SageMaker SDK sends no CheckpointConfig "
+                           "then, so nothing restores or syncs that folder",
+                           allowed="checkpoint_dir (standing for checkpoint_s3_uri) with it, or neither")
     if instance_groups:
         groups = tuple(instance_groups)
         hetero = True
@@ -284,7 +296,7 @@ def create(
         "sagemaker_job_name": dist.encode(name),
         "sagemaker_region": dist.encode(region),
     })
-    chans = tuple(Channel(n, _local_path(p, f"InputDataConfig.{n}")) for n, p in (channels or {}).items())
+    chans = tuple(_channel(n, p) for n, p in (channels or {}).items())
     request = JobRequest(
         job_name=name,
         entry_point=entry,
@@ -305,9 +317,38 @@ def create(
         short_toolkit_sleeps=short_toolkit_sleeps,
         fast_start=fast_start,
         pass_env=_names(pass_env, "pass_env"),
+        host_order=None if host_order is None else _host_names(host_order, groups),
+        smddp_strict=smddp_strict,
     )
     validate(request)
     return request
+
+
+def _host_names(value: Any, groups: Sequence[InstanceGroup]) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        hosts = [f"algo-{i}" for i in range(1, sum(g.count for g in groups if isinstance(g.count, int)) + 1)]
+        raise RequestError("host_order", f"must be a list of host names, got {value!r}",
+                           allowed=_host_order_allowed(hosts))
+    return tuple(value)
+
+
+def _host_order_allowed(hosts: Sequence[str]) -> str:
+    shown = ", ".join(hosts) if len(hosts) <= 6 else f"{hosts[0]} … {hosts[-1]}"
+    return f"every host of the job once, in any order ({shown}), e.g. {json.dumps(list(reversed(hosts[:2])))}"
+
+
+def _channel(name: str, value: Any) -> Channel:
+    """A channel from a folder, or from ``{"path": folder, "distribution": "ShardedByS3Key"}`` (the
+    SDK's ``TrainingInput(s3_data=..., distribution=...)``)."""
+    where = f"InputDataConfig.{name}"
+    if not isinstance(value, Mapping):
+        return Channel(name, _local_path(value, where))
+    unknown = set(value) - {"path", "distribution"}
+    if unknown or "path" not in value:
+        raise RequestError(where, f"{dict(value)!r} is not a channel",
+                           allowed='a folder, or {"path": folder, "distribution": "ShardedByS3Key"}')
+    return Channel(name, _local_path(value["path"], where),
+                   s3_distribution_type=value.get("distribution", "FullyReplicated"))
 
 
 def _names(value: Any, field_name: str) -> tuple[str, ...]:
@@ -432,6 +473,10 @@ def validate(request: JobRequest) -> None:
         seen.add(ch.name)
         if not ch.path.is_dir():
             raise RequestError(f"InputDataConfig.{ch.name}", f"{ch.path} is not an existing folder")
+        if ch.s3_distribution_type not in ("FullyReplicated", "ShardedByS3Key"):
+            raise RequestError(f"InputDataConfig.{ch.name}.S3DataDistributionType",
+                               f"{ch.s3_distribution_type!r} is not a distribution type",
+                               allowed="FullyReplicated or ShardedByS3Key")
     if request.output_path.exists() and not request.output_path.is_dir():
         raise RequestError("OutputDataConfig.S3OutputPath", f"{request.output_path} exists and is not a folder")
     if (request.job_dir / "job.json").exists() or (request.job_dir / "logs").exists():
@@ -441,8 +486,10 @@ def validate(request: JobRequest) -> None:
     if not isinstance(mr, int) or isinstance(mr, bool) or not 1 <= mr <= MAX_RUNTIME_LIMIT:
         raise RequestError("StoppingCondition.MaxRuntimeInSeconds", f"{mr!r} is out of range",
                            allowed=f"1..{MAX_RUNTIME_LIMIT} seconds (28 days)")
-    if not request.checkpoint_local_path.startswith("/"):
-        raise RequestError("CheckpointConfig.LocalPath", f"{request.checkpoint_local_path!r} is not absolute")
+    local = request.checkpoint_local_path
+    if not isinstance(local, str) or not local.startswith("/") or ".." in local.split("/"):
+        raise RequestError("CheckpointConfig.LocalPath", f"{local!r} is not an absolute path",
+                           allowed="an absolute path without '..', e.g. /opt/ml/checkpoints")
     if request.checkpoint_dir is not None and request.checkpoint_dir.exists() and not request.checkpoint_dir.is_dir():
         raise RequestError("CheckpointConfig.S3Uri", f"{request.checkpoint_dir} exists and is not a folder")
     for k, v in request.environment.items():
@@ -457,6 +504,22 @@ def validate(request: JobRequest) -> None:
             raise RequestError("pass_env", f"{name} cannot be passed by name",
                                allowed="AWS credentials only with forward_aws_credentials "
                                "(--forward-aws-credentials); EMULATOR_* variables are the emulator's own")
+    if request.host_order is not None:
+        order, hosts = list(request.host_order), request.hosts
+        extra = [h for h in order if h not in hosts]
+        missing = [h for h in hosts if h not in order]
+        if extra or missing or len(order) != len(hosts):
+            what = (f"{extra[0]!r} is not a host of this job" if extra else
+                    f"{missing[0]} is missing" if missing else "a host is listed twice")
+            raise RequestError("host_order", f"{what} (got {order!r})", allowed=_host_order_allowed(hosts))
+    if not isinstance(request.smddp_strict, bool):
+        raise RequestError("smddp_strict", f"must be true or false, got {request.smddp_strict!r}",
+                           allowed="true or false")
+    if request.smddp_strict and not any(g.type.has_smddp for g in request.instance_groups):
+        names = ", ".join(dict.fromkeys(g.instance_type for g in request.instance_groups))
+        raise RequestError("smddp_strict", f"{names} has no SMDDP (only the GPU images ship smdistributed), "
+                           "so there is nothing to be strict about",
+                           allowed="a GPU instance type (ml.g*, ml.p*), or leave smddp_strict off")
     if len(request.environment) > 100:
         raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
     if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", request.region):

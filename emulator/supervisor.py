@@ -189,11 +189,12 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     from .faults import FaultObserver
     from .quiet import QuietFailures
     from .quirks import QuirkObserver
+    from .smddp import SmddpNotes
     from .stacks import StackCapture
     from .timeline import Timeline
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(), QuirkObserver(request.hyperparameters),
-            StackCapture(), CollectiveCheck(), QuietFailures(), Timeline(request.job_name)]
+            StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request), Timeline(request.job_name)]
 
 
 class _JobRun:
@@ -222,6 +223,7 @@ class _JobRun:
         self.deadline = 0.0
         self.observer_errors: list[Diagnostic] = []
         self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept.py)
+        self.ran_image: str | None = None  # the image the hosts ran (docker backend)
 
     # -- observers -------------------------------------------------------------------------------
     def _notify(self, hook: str, *args: Any) -> None:
@@ -288,6 +290,7 @@ class _JobRun:
                     job_plan, spec = self._plan(python, scratch)
             assert handle is not None
             (self.job_dir / LAUNCH_SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=1, default=str))
+            self.ran_image = spec.hosts[0].image
             started = clock.monotonic()
             self.events += [Event(clock.time(), "host-start", h.name) for h in spec.hosts]
             self.diag_dir = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR),
@@ -418,7 +421,10 @@ class _JobRun:
         description = _describe(request, self.transitions, created, end, last, hosts, diagnostics, self.be.name)
         if spot:  # billed for training time only, across the attempts
             description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
+        if self.ran_image and request.image_uri is None:  # SageMaker echoes the requested image; none was
+            description["AlgorithmSpecification"]["TrainingImage"] = self.ran_image
         description["Emulator"].update({
+            "Image": self.ran_image,  # what ran (a DLC URI runs the emulator's image)
             "SpotInterruptions": spot,
             "Faults": [],
             "Warnings": merged.warnings,
@@ -474,6 +480,9 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
             f for f in faults if not isinstance(f, str))
         fault_specs.check(faults, request.hosts)
     be.check()
+    from .preflight import check as preflight
+
+    preflight(request, be)
     return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
                    keep_hosts=keep_hosts,
                    observers=default_observers(request, faults) if observers is None else

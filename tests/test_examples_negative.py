@@ -65,7 +65,7 @@ def test_sync_dist_under_smddp_fails_with_reduce_op_error(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_subgroup_under_smddp_fails(tmp_path: Path) -> None:
-    """``dist.new_group`` with the smddp backend fails with SMDDP's error."""
+    """``dist.new_group`` with the smddp backend in a DDP job fails with SMDDP's error."""
     result = _run(tmp_path, "smddp_subgroup.py", distribution=SMDDP)
     assert result.status == "Failed", _explain(result)
     assert "new_group" in (result.failure_reason or ""), _explain(result)

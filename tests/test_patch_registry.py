@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from emulator import jobenv
-from emulator.inhost import SITE
+from emulator.inhost import SITE, SMDDP_SITE
 from emulator.inhost import patches as registry
 from emulator.inhost.site import _sm_emulator_hooks as hooks
 
@@ -133,7 +133,8 @@ def test_every_patch_is_registered_and_applied(tmp_path: Path) -> None:
     # Every owner the registry names, plus owners a stray patch would most likely touch.
     owners = sorted({owner for owner, _ in expected} | {"torch.nn.Module", "torch.nn.functional",
                                                         "torch.distributed.Backend"})
-    env = {**os.environ, "PYTHONPATH": str(SITE), "EMULATOR_GPU_COUNT": "2", "EMULATOR_DIAG_DIR": str(tmp_path),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (SITE, SMDDP_SITE))), "EMULATOR_GPU_COUNT": "2",
+           "EMULATOR_DIAG_DIR": str(tmp_path),
            "EMULATOR_SHORT_TOOLKIT_SLEEPS": "1"}
     env.pop("EMULATOR_INHOST", None)  # the patch functions are called explicitly, after the snapshot
     done = subprocess.run([sys.executable, "-c", SNAPSHOT, json.dumps(owners)], env=env, capture_output=True,

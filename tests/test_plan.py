@@ -22,6 +22,7 @@ import pytest
 from emulator import plan as planning
 from emulator import request as rq
 from emulator.backends.base import Runtime, host_addresses, hosts_file
+from emulator.inhost import GPU_BIN
 
 ENTRY = "train.py"
 
@@ -112,7 +113,8 @@ def test_environment_is_an_allowlist(p4d_plan: planning.JobPlan) -> None:
     env = p4d_plan.hosts[0].env
     assert "AWS_SECRET_ACCESS_KEY" not in env and "RANK" not in env and "HF_TOKEN" not in env
     assert env["WANDB_PROJECT"] == "demo"  # named in pass_env
-    assert env["PATH"] == "/inhost/bin:/usr/bin"  # the image's PATH, not the caller's
+    # the image's PATH, not the caller's, after the in-host stand-ins a p4d host has (nvidia-smi, smddprun)
+    assert env["PATH"] == "/inhost/gpu/bin:/inhost/smddp/bin:/usr/bin"
     assert env["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
     assert env["AWS_EC2_METADATA_DISABLED"] == "true"
     assert env["TRAINING_JOB_NAME"] == "golden-job"
@@ -129,8 +131,7 @@ def test_prediction_matches_the_real_toolkit(p4d_plan: planning.JobPlan, tmp_pat
     for rel, text in host.files.items():
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / rel).write_text(text)
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(base),
-           "PATH": f"{Path(__file__).resolve().parents[1] / 'emulator' / 'inhost' / 'bin'}:{os.environ['PATH']}",
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(base), "PATH": f"{GPU_BIN}:{os.environ['PATH']}",
            "EMULATOR_GPU_COUNT": "2", "SAGEMAKER_TRAINING_MODULE": host.env["SAGEMAKER_TRAINING_MODULE"]}
     code = ("import json; from sagemaker_training import environment as e; "
             "print(json.dumps(e.Environment().to_env_vars()))")

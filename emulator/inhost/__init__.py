@@ -1,12 +1,16 @@
 """Code that runs *inside* emulated hosts, and nothing else does.
 
-- ``bin/`` goes first on each host's ``PATH``: ``nvidia-smi`` (reports the emulated GPUs, so the
-  real toolkit computes ``SM_NUM_GPUS`` from it) and ``smddprun`` (stand-in for AWS's wrapper).
-- ``site/`` goes on each host's ``PYTHONPATH``: a ``sitecustomize`` that, only when
-  ``EMULATOR_INHOST=1``, installs lazy patches (CUDA calls on CPU, ``nccl``/``smddp`` on gloo) and
-  the ``smdistributed`` stand-in package. It also holds the sshd stand-in
-  (``_sm_emulator_sshd.py``), which the process backend mounts over ``/usr/sbin/sshd`` in hosts
-  that cannot run OpenSSH's (not root).
+- ``site/`` goes on every host's ``PYTHONPATH``: a ``sitecustomize`` that, only when
+  ``EMULATOR_INHOST=1``, installs lazy patches (CUDA calls on CPU, ``nccl`` on gloo). It also
+  holds the sshd stand-in (``_sm_emulator_sshd.py``), which the process backend mounts over
+  ``/usr/sbin/sshd`` in hosts that cannot run OpenSSH's (not root).
+- ``gpu/bin/`` goes first on ``PATH`` only in hosts whose instance type has GPUs: ``nvidia-smi``
+  (reports the emulated GPUs, so the real toolkit computes ``SM_NUM_GPUS`` from it). A CPU host
+  has none, as a CPU instance has none.
+- ``smddp/bin/`` (``smddprun``, stand-in for AWS's wrapper) on ``PATH`` and ``smddp/site/`` (the
+  ``smdistributed`` stand-in package) on ``PYTHONPATH`` only where the image ships SMDDP: GPU
+  instance types (SageMaker's GPU DLCs). Elsewhere the toolkit takes its "smddprun not being used"
+  path and ``import smdistributed`` fails, as in a CPU container.
 - :mod:`.protocol` (``site/_sm_emulator_protocol.py``): the names, paths and conventions both
   sides share; import them from there.
 - :mod:`.patches` (``site/_sm_emulator_patches.py``): the registry of every third-party attribute
@@ -23,7 +27,9 @@ from pathlib import Path
 from . import protocol
 
 ROOT = Path(__file__).resolve().parent
-BIN = ROOT / "bin"
-SITE = ROOT / "site"
+SITE = ROOT / protocol.INHOST_SITE
+GPU_BIN = ROOT / protocol.INHOST_GPU_BIN
+SMDDP_BIN = ROOT / protocol.INHOST_SMDDP_BIN
+SMDDP_SITE = ROOT / protocol.INHOST_SMDDP_SITE
 
-__all__ = ["BIN", "ROOT", "SITE", "protocol"]
+__all__ = ["GPU_BIN", "ROOT", "SITE", "SMDDP_BIN", "SMDDP_SITE", "protocol"]

@@ -124,10 +124,11 @@ def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path],
             raise RequestError(f"{where}.S3DataType", f"{s3['S3DataType']!r} is not emulated",
                                allowed="S3Prefix")
         path = _where(uri, where, store)
-        if path.is_file():  # a prefix naming one object: the channel holds that file
+        if path.is_file():  # a prefix naming one object: the channel holds a copy of that file (a
+            # symlink would point at a path only this machine has; a container could not follow it)
             folder = Path(tempfile.mkdtemp(prefix=f"sm-emulator-channel-{name}-"))
             temp.append(folder)
-            (folder / path.name).symlink_to(path)
+            shutil.copy2(path, folder / path.name)
             path = folder
         elif not path.exists():
             path.mkdir(parents=True)  # an empty prefix is an empty channel
@@ -137,7 +138,8 @@ def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path],
         raise RequestError(f"{where}.DataSource", f"{sorted(source)} is not emulated",
                            allowed="S3DataSource or FileDataSource")
     if dist_type not in ("FullyReplicated", "ShardedByS3Key"):
-        raise RequestError(f"{where}.S3DataDistributionType", f"{dist_type!r}")
+        raise RequestError(f"{where}.S3DataDistributionType", f"{dist_type!r} is not a distribution type",
+                           allowed="FullyReplicated or ShardedByS3Key")
     return Channel(name=name, path=path, content_type=spec.get("ContentType"),
                    s3_distribution_type=dist_type, copy=copy)  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.inhost import BIN, SITE
+from emulator.inhost import GPU_BIN, SITE, SMDDP_BIN, SMDDP_SITE
 
 PYTHON = Path(sys.executable)
 TORCHRUN = PYTHON.parent / "torchrun"
@@ -28,11 +28,11 @@ def inhost_env(gpus: int = 2, **extra: str) -> dict[str, str]:
     """The environment an emulated host gives its processes (minus /opt/ml)."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS and not k.startswith("OMPI_")}
     env.update(
-        PYTHONPATH=str(SITE),
+        PYTHONPATH=os.pathsep.join(map(str, (SITE, SMDDP_SITE))),
         EMULATOR_INHOST="1",
         EMULATOR_GPU_COUNT=str(gpus),
         OMP_NUM_THREADS="1",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        PATH=os.pathsep.join([str(GPU_BIN), str(SMDDP_BIN), env.get("PATH", "")]),
         SAGEMAKER_INSTANCE_TYPE="ml.p4d.24xlarge",
     )
     env.update(extra)

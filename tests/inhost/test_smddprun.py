@@ -20,7 +20,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from emulator.inhost import BIN
+from emulator.inhost import SMDDP_BIN
 
 #: What a rank of rank 5 (local rank 1) in an 8-rank, 2-host SMDataParallel job starts with.
 REAL_JOB_ENV = {
@@ -38,7 +38,7 @@ SHOW = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SMDATAPARALLEL_LOCAL_RANK", "MASTER
 
 def _smddprun(env: dict[str, str]) -> list[str]:
     code = f"import os; print(*[f'{{k}}={{os.environ.get(k)}}' for k in {SHOW!r}])"
-    return subprocess.run([str(BIN / "smddprun"), sys.executable, "-c", code], env=env, capture_output=True,
+    return subprocess.run([str(SMDDP_BIN / "smddprun"), sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True, timeout=30).stdout.split()
 
 
@@ -58,7 +58,7 @@ def test_smddprun_overrides_stale_rank_variables() -> None:
 
 def test_smddprun_outside_mpi_fails_clearly() -> None:
     result = subprocess.run(
-        [str(BIN / "smddprun"), "true"], env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+        [str(SMDDP_BIN / "smddprun"), "true"], env={"PATH": "/usr/bin:/bin"}, capture_output=True,
         text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 2

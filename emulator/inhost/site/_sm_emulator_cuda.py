@@ -13,7 +13,12 @@ Emulated (all work happens on the CPU):
   functions (``torch.zeros``, ``torch.tensor``, ``*_like``, ``Tensor.new_*`` ...). A device index
   at or beyond the emulated GPU count fails like CUDA does ("invalid device ordinal").
 - ``pin_memory()`` returns the tensor; ``torch.cuda.synchronize``/``empty_cache``/``ipc_collect``
-  do nothing; seeds and RNG states use the CPU generator; memory queries return 0.
+  do nothing; seeds and RNG states use the CPU generator; allocation queries return 0, and the
+  device's memory (``mem_get_info()`` → ``(free, total)``, ``get_device_properties().total_memory``)
+  is the instance type's GPU memory as CUDA reports it (``EMULATOR_GPU_MEMORY``), all of it free:
+  nothing is ever allocated on the emulated device, so memory-based batch sizing picks what it
+  would pick on a fresh real GPU (a real one has a few hundred MiB less free once the CUDA context
+  exists).
 - ``DistributedDataParallel(model, device_ids=[local_rank])`` on a CPU model: the device ids are
   dropped. ``torch.nn.DataParallel`` runs the wrapped module once, on the CPU.
 
@@ -34,6 +39,7 @@ from typing import Any
 
 import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
+from _sm_emulator_protocol import ENV_GPU_MEMORY
 
 _CAPABILITY_BY_MODEL = {
     "H200": (9, 0),
@@ -64,6 +70,14 @@ def gpu_count() -> int:
     """Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0)."""
     try:
         return max(0, int(os.environ.get("EMULATOR_GPU_COUNT", "0")))
+    except ValueError:
+        return 0
+
+
+def gpu_memory() -> int:
+    """Bytes of memory per emulated GPU (``EMULATOR_GPU_MEMORY``, default 0)."""
+    try:
+        return max(0, int(os.environ.get(ENV_GPU_MEMORY, "0")))
     except ValueError:
         return 0
 
@@ -234,15 +248,21 @@ def _device_count() -> int:
 def _patch_torch_cuda(torch: Any) -> None:
     cuda = torch.cuda
     model = gpu_model()
+    memory = gpu_memory()
     capability = next((cap for key, cap in _CAPABILITY_BY_MODEL.items() if key in model), (8, 0))
 
     def properties(device: Any = None) -> types.SimpleNamespace:
         index = _State.current if device is None else _index(device)
         _check(index if index is not None else -1)
         return types.SimpleNamespace(
-            name=model, major=capability[0], minor=capability[1], total_memory=0,
+            name=model, major=capability[0], minor=capability[1], total_memory=memory,
             multi_processor_count=0, is_integrated=False, is_multi_gpu_board=False,
         )  # fmt: skip
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        """``(free, total)`` bytes: the type's GPU memory, all of it free (see the module docstring)."""
+        properties(device)  # checks the index
+        return memory, memory
 
     def rng_state(device: Any = "cuda") -> Any:
         return torch.get_rng_state()
@@ -286,7 +306,7 @@ def _patch_torch_cuda(torch: Any) -> None:
         "cuda-memory": {
             "memory_stats": lambda device=None: {},
             "memory_summary": lambda device=None, abbreviated=False: "",
-            "mem_get_info": lambda device=None: (0, 0),
+            "mem_get_info": mem_get_info,
             "utilization": lambda device=None: 0,
             **{name: (lambda device=None: 0) for name in _ZERO_MEMORY},
         },

@@ -41,8 +41,16 @@ EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, 
                       ENV_COLLECTIVES)
 
 # -- in-host paths ------------------------------------------------------------------------------
-#: Where the in-host folder (``bin/``, ``site/``) is mounted in docker containers.
+#: Where the in-host folder (the folders below) is mounted in docker containers.
 DOCKER_INHOST_ROOT = "/opt/sm-emulator/inhost"
+#: The in-host folders, relative to the in-host root. ``site`` is on every host's ``PYTHONPATH``;
+#: the others only where the instance type has what they stand for (the plan chooses them):
+#: ``gpu/bin`` (``nvidia-smi``) on GPU instance types; ``smddp/bin`` (``smddprun``) and
+#: ``smddp/site`` (the ``smdistributed`` package) where the image ships SMDDP (GPU DLCs).
+INHOST_SITE = "site"
+INHOST_GPU_BIN = "gpu/bin"
+INHOST_SMDDP_BIN = "smddp/bin"
+INHOST_SMDDP_SITE = "smddp/site"
 #: Where ranks write diagnostics records (value of ``EMULATOR_DIAG_DIR`` in every host).
 DIAG_DIR = "/tmp/.sm-emulator-diagnostics"
 #: Where the SageMaker toolkit starts ``sshd`` (by absolute path); in hosts that cannot run
