@@ -4,7 +4,8 @@ Process backend: a job's hosts live in namespaces whose PID 1 (the namespace age
 emulator does, so no process can be left; what can remain is a killed run's ``hosts/`` trees and
 temporary folders, removed here when their owner process is gone. Docker backend: containers and
 networks labelled by an emulator process that no longer exists (see
-:func:`emulator.backends.docker.reap`).
+:func:`emulator.backends.docker.reap`), and helper containers (wheelhouse, image probe, image
+build) whose owner is gone (:func:`emulator.helpers.reap`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def reap() -> list[str]:
     if reaper is not None:
         try:
             lines += list(reaper())
+            from . import helpers  # wheelhouse, probe and image-build helper containers
+
+            lines += helpers.reap(docker_backend._client())
         except Exception as exc:  # no engine here: nothing of docker to reap
             lines.append(f"docker: not reaped ({exc})")
     return lines

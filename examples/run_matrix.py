@@ -98,6 +98,37 @@ def scenarios() -> list[Scenario]:
     ]
 
 
+# -- issue 15: jobs that name a framework_version (their DLC's torch; docker backend only) ------
+@dataclass(frozen=True)
+class FrameworkScenario(Scenario):
+    """A job on its DLC's torch and Python: always the docker backend (the framework's image,
+    built on first use), with the example's own data."""
+
+    framework_version: str = "1.12.1"
+    py_version: str = "py38"
+    backend: str = "docker"
+    data: str = ""  #: the example's data folder under ``examples/``
+
+    def estimator_kwargs(self) -> dict[str, Any]:
+        return {**super().estimator_kwargs(), "framework_version": self.framework_version,
+                "py_version": self.py_version}
+
+
+def framework_scenarios() -> list[Scenario]:
+    """The 2022-style example (torch 1.12.1, Lightning 1.6.3 from its requirements.txt, smddp)
+    when a docker engine runs here (``main`` runs it after :func:`scenarios`; its test is
+    tests/test_framework_jobs.py, through the example's own launch.py)."""
+    try:
+        from emulator.backends.docker import DockerBackend
+
+        DockerBackend().check()
+    except Exception:
+        return []
+    return [FrameworkScenario("mnist_lightning16_smddp[smddp]", "mnist_lightning16_smddp/code",
+                              "smdistributed", SMDDP, hyperparameters={"epochs": 2}, lightning="1.6.3",
+                              data="mnist_lightning16_smddp/data/training")]
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one scenario did."""
@@ -154,6 +185,8 @@ def run_one(scenario: Scenario, *, channel: Path, output: Path, backend: str = "
     from emulator.errors import EmulatorError
 
     prepare(scenario)
+    if isinstance(scenario, FrameworkScenario):  # issue 15: its own backend and data
+        backend, channel = scenario.backend, HERE / scenario.data
     job = re.sub(r"[^a-z0-9]+", "-", scenario.name.lower()).strip("-")
     start = time.monotonic()
     try:
@@ -203,9 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--echo", action="store_true", help="stream host logs to the console")
     args = parser.parse_args(argv)
 
-    chosen = [s for s in scenarios() if not args.only or any(s.name.startswith(o) for o in args.only)]
+    everything = [*scenarios(), *framework_scenarios()]
+    chosen = [s for s in everything if not args.only or any(s.name.startswith(o) for o in args.only)]
     if not chosen:
-        parser.error(f"no scenario matches {args.only}; known: {', '.join(s.name for s in scenarios())}")
+        parser.error(f"no scenario matches {args.only}; known: {', '.join(s.name for s in everything)}")
     root = args.output_dir or Path(tempfile.mkdtemp(prefix="emulator-matrix-"))
     outcomes: list[Outcome] = []
     try:

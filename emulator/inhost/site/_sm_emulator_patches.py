@@ -14,8 +14,12 @@ Before patching, the target is checked (:func:`problems`):
 - **changed**: the fingerprint differs from the pinned version's (a new parameter, a new default,
   another docstring signature of a C function).
 
-Every problem is logged, once per process, on stderr (the host's log) with what changed. For a
-**critical** group a missing or broken target stops the process: :func:`replace`/:func:`wrap`
+Every problem is logged, once per process, on stderr (the host's log) with what changed. On
+another release of the pinned distribution than the pinned one (a framework image: torch 1.12 in
+``sagemaker-emulator:torch1.12-*``), changed fingerprints are expected and summarised in one line
+per distribution, and a critical target that is missing on an *older* release (added after it,
+e.g. ``reduce_scatter_tensor`` in torch 1.13) is skipped: there is nothing to check a call of.
+For a **critical** group a missing or broken target stops the process: :func:`replace`/:func:`wrap`
 raise :class:`PatchMismatch` (an ``ImportError``) from the import that triggered the patch, so the
 rank or the toolkit fails and the host with it. Critical means: without the patch, or with it
 bound to an original whose parameters changed, a job could complete here with a result that
@@ -251,8 +255,8 @@ REGISTRY: tuple[Patch, ...] = tuple([
           "dim=0)", _TORCH),
     Patch("gloo-backend", _C10D, "init_process_group",
           "(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, group_name='', "
-          "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend", "device_id"),
-          aliases=("torch.distributed",)),
+          "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend",),
+          aliases=("torch.distributed",)),  # device_id is dropped where it exists (torch 1.12 has none)
     Patch("gloo-backend", _C10D, "barrier", "(group=None, async_op=False, device_ids=None, timeout=None)", _TORCH,
           "wrap", needs=("group", "device_ids"), aliases=("torch.distributed",)),
     Patch("diagnostics", "torch.utils.data.distributed", "DistributedSampler.__init__",
@@ -381,6 +385,27 @@ def describe(patch: Patch, found: Mapping[str, str]) -> str:
 
 
 _REPORTED: set[str] = set()
+_INSTALLED: dict[str, str | None] = {}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"1.12.1+cu102"`` -> (1, 12, 1)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def other_release(patch: Patch) -> str | None:
+    """The installed release of ``patch``'s pinned distribution when it is another than the
+    pinned one (None: the pinned release, or not installed)."""
+    distribution, version = pinned_distribution(patch)
+    if distribution not in _INSTALLED:
+        import importlib.metadata
+
+        try:
+            _INSTALLED[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            _INSTALLED[distribution] = None
+    installed = _INSTALLED[distribution]
+    return installed if installed is not None and not version_matches(installed, version) else None
 
 
 def _check(patch: Patch, original: Any) -> bool:
@@ -389,6 +414,16 @@ def _check(patch: Patch, original: Any) -> bool:
     if not found:
         return True
     message = describe(patch, found)
+    distribution, version = pinned_distribution(patch)
+    other = other_release(patch) if found.keys() == {"changed"} or found.keys() == {"missing"} else None
+    older = other is not None and "missing" in found and _release(other) < _release(version)
+    if other is not None and ("changed" in found or older):  # expected there: one line for all
+        if distribution not in _REPORTED:
+            _REPORTED.add(distribution)
+            print(f"[emulator] {distribution} {other} is not the pinned {version}: patch targets whose "
+                  f"signature differs there are patched as for {version}; those it does not have yet "
+                  "are skipped", file=sys.stderr, flush=True)
+        return not older  # added after that release: nothing to patch (or to add)
     if GROUPS[patch.group].critical and ("missing" in found or "broken" in found):
         print(f"[emulator] {message}", file=sys.stderr, flush=True)
         raise PatchMismatch(message)
