@@ -206,7 +206,7 @@ class Selection:
             return ()
         return _deviations(self.family, self.framework_version, self.py_version,
                            python=".".join(python.split(".")[:2]), python_from=python_from,
-                           toolkit=toolkit)
+                           toolkit=toolkit, toolkit_from="this machine's")
 
 
 def _allowed_versions() -> str:
@@ -233,10 +233,10 @@ def _unknown(version: str, where: str) -> None:
 
 
 def _deviations(fam: Family, version: str, py: str, *, python: str | None = None,
-                python_from: str | None = None,
-                toolkit: tuple[str | None, str | None] | None = None) -> tuple[str, ...]:
+                python_from: str | None = None, toolkit: tuple[str | None, str | None] | None = None,
+                toolkit_from: str | None = None) -> tuple[str, ...]:
     """What differs from the DLC when ``fam``'s torch runs on ``python`` (default: the family
-    image's) with ``toolkit`` (default: the family image's)."""
+    image's) with ``toolkit`` (default: the family image's; ``toolkit_from`` says whose)."""
     out = []
     if version in fam.dlc_versions and version != fam.torch:
         out.append(f"torch {fam.torch} runs instead of the DLC's {version} (one image per family)")
@@ -249,11 +249,11 @@ def _deviations(fam: Family, version: str, py: str, *, python: str | None = None
     if want and want != python:
         out.append(f"Python {python} runs instead of the DLC's {want} ({python_from})")
     kit = toolkit or fam.toolkit
+    whose = toolkit_from or ("the emulator's pins" if kit == fam.toolkit else "this machine's")
     if kit != fam.toolkit and fam.toolkit_source is not None:
         out.append(f"sagemaker-training {kit[0]} / sagemaker-pytorch-training {kit[1]} run "
-                   f"instead of the DLC's {fam.toolkit[0]} / {fam.toolkit[1]} (this machine's)")
+                   f"instead of the DLC's {fam.toolkit[0]} / {fam.toolkit[1]} ({whose})")
     elif fam.toolkit_source is None:
-        whose = "the emulator's pins" if kit == fam.toolkit else "this machine's"
         out.append(f"sagemaker-training {kit[0]} / sagemaker-pytorch-training "
                    f"{kit[1]} ({whose}; the DLC's exact versions are not documented)")
     return tuple(out)

@@ -6,11 +6,19 @@ exactly as before. A framework family (:mod:`emulator.frameworks`) runs
 --framework <family>`` the first time it is needed (progress lines and an estimate on the
 console, the full output in a log file), then reused; ``nox -s image -- --framework 1.12`` builds
 it ahead. The build needs this project's ``docker/`` folder (a source checkout).
+
+:func:`planned` says which image a job runs without side effects (the launch spec and ``plan``
+use it; a family image not built yet is named by the tag it will get); :func:`ensure` builds it
+(the docker backend's ``prepare``, before anything of the job exists). A user's own image (an
+``image_uri`` that is no PyTorch DLC) runs as given. :func:`probe` reads once per image id which
+torch, Python and toolkits an image really holds (a helper container with no network; cached), so
+``job.json`` reports them and the launcher prediction follows the image's toolkit.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.util
 import json
 import os
@@ -38,6 +46,7 @@ LOGS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemak
 PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
 
 
+@functools.cache
 def _build_module() -> ModuleType:
     if not BUILD_SCRIPT.is_file():
         raise BackendUnavailable(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -270,7 +269,6 @@ def test_plan_says_what_prepare_will_do_for_an_image_not_built(tmp_path: Path,
     fam = next((f for f in frameworks.FAMILIES if images.family_image(f) is None), None)
     if fam is None:
         pytest.skip("every family image is built here")
-    before = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout
     planned = _emulator("plan", "--backend", "docker", "--entry-point", "train.py", "--source-dir",
                         str(_source(tmp_path, requirements="six\n")), "--framework-version", fam.default_version,
                         "--output-dir", str(tmp_path / "out"), "--job-name", "fw-pending")
@@ -280,7 +278,7 @@ def test_plan_says_what_prepare_will_do_for_an_image_not_built(tmp_path: Path,
     assert f"the torch {fam.name} image is built before the job starts" in pending
     assert "requirements.txt is resolved into a wheelhouse" in pending
     assert launch["hosts"][0]["image"].startswith(f"sagemaker-emulator:torch{fam.name}-")
-    assert subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout == before
+    assert images.family_image(fam) is None  # nothing was built
     assert not (tmp_path / "out").exists()
 
 
@@ -314,7 +312,6 @@ def test_reap_removes_helper_containers_whose_owner_is_gone(request: pytest.Fixt
         left = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
                               text=True).stdout.split()
         assert f"sm-emulator-test-live-{tag}" in left and f"sm-emulator-test-dead-{tag}" not in left
-        assert socket.gethostname() == dead_labels["sagemaker-emulator.owner-host"]
     finally:
         subprocess.run(["docker", "rm", "-f", *made], capture_output=True)
 

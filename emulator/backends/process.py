@@ -356,7 +356,8 @@ class ProcessBackend:
                           scratch=scratch, options={"python": plan.runtime.python, "user_namespace": os.geteuid() != 0,
                                                     "sshd": "openssh" if sshd.available() else
                                                     "stand-in" if sshd.standin_used() else None,
-                                                    "framework": self.framework(plan)})
+                                                    "framework": self.framework(plan),
+                                                    **_pending(plan.runtime.python)})
 
     @staticmethod
     def _unshare_prefix() -> list[str]:
@@ -404,6 +405,16 @@ class ProcessBackend:
 
 def _home() -> str:
     return pwd.getpwuid(os.geteuid()).pw_dir
+
+
+def _pending(python: str) -> dict[str, list[str]]:
+    """``plan``'s note when the job environment is not made yet (``prepare_python`` makes it)."""
+    from .. import jobenv
+
+    if jobenv.is_ready(python):
+        return {}
+    return {"pending": [f"the job environment {Path(python).parent.parent} is made before the job starts "
+                        "(the framework's torch, then the requirements)"]}
 
 
 def _toolkit() -> tuple[str | None, str | None]:
