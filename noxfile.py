@@ -59,8 +59,9 @@ def emulate_sdk3(session: nox.Session) -> None:
     """Run the SDK v3 example launchers on 2 emulated hosts x 2 GPUs (python -m emulator launch)."""
     _install_sdk3(session)
     for launcher in SDK3_EXAMPLES:
+        # The launchers name a 2.5.1 DLC image only because ModelTrainer needs one: today's torch.
         session.run("python", "-m", "emulator", "launch", *launcher, *session.posargs,
-                    env={"SAGEMAKER_EMULATOR_GPUS_PER_HOST": "2"})
+                    env={"SAGEMAKER_EMULATOR_GPUS_PER_HOST": "2", "SAGEMAKER_EMULATOR_FRAMEWORK_VERSION": "current"})
 
 
 @nox.session

@@ -62,7 +62,11 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-name")
     p.add_argument("--output-dir", default="./out", help="a folder per job goes here")
     p.add_argument("--backend", default="process", choices=["process", "docker"])
-    p.add_argument("--image", help="docker backend: image to run (a DLC URI maps to the emulator's image)")
+    p.add_argument("--image", help="docker backend: image to run (a PyTorch DLC URI maps to the emulator's "
+                   "image of that framework version)")
+    p.add_argument("--framework-version", help="the estimator's framework_version (e.g. 1.12.1): run with "
+                   "that DLC's torch and Python; 'current': this machine's torch / the default image")
+    p.add_argument("--py-version", help="the estimator's py_version (e.g. py38; default: the DLC's)")
     p.add_argument("--checkpoint-dir", help="local folder standing for checkpoint_s3_uri")
     p.add_argument("--pytorchddp-encoding", choices=["smdistributed", "pytorch_ddp"], default="smdistributed",
                    help="pytorchddp as SDK >=2.221.1 sends it (smdistributed) or as 2022's SDK did")
@@ -108,7 +112,8 @@ def _request(args: argparse.Namespace) -> Any:
         forward_aws_credentials=args.forward_aws_credentials,
         short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env,
         host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
-        smddp_strict=args.smddp_strict)
+        smddp_strict=args.smddp_strict,
+        framework_version=args.framework_version, py_version=args.py_version)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,11 +7,16 @@ the README's "What is and is not emulated".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .request import JobRequest
 
 
-def for_request(request: JobRequest) -> list[str]:
-    """The deviations ``request`` asks for (one sentence each)."""
+def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None) -> list[str]:
+    """The deviations ``request`` asks for (one sentence each); with ``framework`` (``job.json``
+    ``Emulator.Framework``, see :func:`emulator.frameworks.record`), those of the torch, Python
+    and toolkits its ``framework_version`` ran with."""
     out = []
     if request.short_toolkit_sleeps:
         out.append("toolkit MPI sleeps capped at 1 s")
@@ -26,4 +31,5 @@ def for_request(request: JobRequest) -> list[str]:
                            "follow the smaller count")
     if request.smddp_strict:
         out.append("SMDDP strict: the smddp stand-in refuses limits that are only inferred (see the README)")
+    out += list((framework or {}).get("Deviations") or ())
     return out

@@ -175,13 +175,17 @@ class Selection:
         return self.framework_version if self.framework_version in self.family.dlc_versions \
             else self.family.default_version
 
-    def emulator_fields(self, *, torch: str | None = None, python: str | None = None) -> dict[str, object]:
+    def emulator_fields(self, *, torch: str | None = None, python: str | None = None,
+                        toolkit: tuple[str | None, str | None] | None = None,
+                        deviations: Iterable[str] | None = None) -> dict[str, object]:
         """``job.json`` ``Emulator.Framework``: what was asked and which torch and Python ran.
 
-        ``torch``/``python`` override the table (the process backend passes what its interpreter
-        reported; for a family image the table is what the image holds).
+        ``torch``/``python``/``toolkit`` override the table (a backend passes what really runs:
+        the process backend its interpreter's, the docker backend what the image holds);
+        ``deviations`` replace :attr:`deviations` (see :meth:`deviations_when`).
         """
         fam = self.family
+        kit = toolkit or (fam.toolkit if fam else None)
         return {
             "FrameworkVersion": self.framework_version,
             "PyVersion": self.py_version,
@@ -189,10 +193,20 @@ class Selection:
             "Family": fam.name if fam else CURRENT,
             "Torch": torch or (fam.torch if fam else None),
             "Python": python or (fam.python if fam else None),
-            "Toolkit": {"sagemaker-training": fam.toolkit[0],
-                        "sagemaker-pytorch-training": fam.toolkit[1]} if fam else None,
-            "Deviations": list(self.deviations),
+            "Toolkit": {"sagemaker-training": kit[0], "sagemaker-pytorch-training": kit[1]} if kit else None,
+            "Deviations": list(self.deviations if deviations is None else deviations),
         }
+
+    def deviations_when(self, *, python: str, python_from: str,
+                        toolkit: tuple[str | None, str | None] | None = None) -> tuple[str, ...]:
+        """:attr:`deviations` for a run whose Python (``"3.11"`` or ``"3.11.2"``, from
+        ``python_from``, e.g. "this machine's interpreter") and toolkits are not the family
+        image's (the process backend); the family image's own values give :attr:`deviations`."""
+        if self.family is None or self.py_version is None:
+            return ()
+        return _deviations(self.family, self.framework_version, self.py_version,
+                           python=".".join(python.split(".")[:2]), python_from=python_from,
+                           toolkit=toolkit, toolkit_from="this machine's")
 
 
 def _allowed_versions() -> str:
@@ -218,21 +232,30 @@ def _unknown(version: str, where: str) -> None:
                        allowed=_allowed_versions())
 
 
-def _deviations(fam: Family, version: str, py: str) -> tuple[str, ...]:
+def _deviations(fam: Family, version: str, py: str, *, python: str | None = None,
+                python_from: str | None = None, toolkit: tuple[str | None, str | None] | None = None,
+                toolkit_from: str | None = None) -> tuple[str, ...]:
+    """What differs from the DLC when ``fam``'s torch runs on ``python`` (default: the family
+    image's) with ``toolkit`` (default: the family image's; ``toolkit_from`` says whose)."""
     out = []
     if version in fam.dlc_versions and version != fam.torch:
         out.append(f"torch {fam.torch} runs instead of the DLC's {version} (one image per family)")
     if fam.cuda_wheels:
         out.append(f"torch {fam.torch} is PyPI's CUDA build running on the CPU (the DLC's "
                    "build is not on PyPI)")
+    python = python or fam.python
+    python_from = python_from or f"Debian {fam.suite}'s python3"
     want = f"{py[2]}.{py[3:]}" if re.fullmatch(r"py3\d+", py) else None
-    if want and want != fam.python:
-        out.append(f"Python {fam.python} runs instead of the DLC's {want} (Debian "
-                   f"{fam.suite}'s python3)")
-    if fam.toolkit_source is None:
-        out.append(f"sagemaker-training {fam.toolkit[0]} / sagemaker-pytorch-training "
-                   f"{fam.toolkit[1]} (the emulator's pins; the DLC's exact versions are not "
-                   "documented)")
+    if want and want != python:
+        out.append(f"Python {python} runs instead of the DLC's {want} ({python_from})")
+    kit = toolkit or fam.toolkit
+    whose = toolkit_from or ("the emulator's pins" if kit == fam.toolkit else "this machine's")
+    if kit != fam.toolkit and fam.toolkit_source is not None:
+        out.append(f"sagemaker-training {kit[0]} / sagemaker-pytorch-training {kit[1]} run "
+                   f"instead of the DLC's {fam.toolkit[0]} / {fam.toolkit[1]} ({whose})")
+    elif fam.toolkit_source is None:
+        out.append(f"sagemaker-training {kit[0]} / sagemaker-pytorch-training "
+                   f"{kit[1]} ({whose}; the DLC's exact versions are not documented)")
     return tuple(out)
 
 
@@ -333,6 +356,36 @@ def process_refusal(selection: Selection | None, python: tuple[int, int],
             f"{fam.torch}), or use framework_version='current' for this machine's torch")
 
 
+#: Any PyTorch training DLC repository, with or without a tag (a digest-only URI included).
+_ANY_DLC = re.compile(
+    r"^(?:\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?|public\.ecr\.aws/[^/]+)/"
+    r"(?:[a-z0-9-]*/)?(?:huggingface-)?pytorch(?:-training(?:-[a-z0-9]+)?)?(?::|@|$)"
+)
+
+
+def is_dlc_image(image_uri: str | None) -> bool:
+    """Whether ``image_uri`` names a PyTorch training DLC (which the emulator stands in for)
+    rather than the user's own image (which runs as given)."""
+    return bool(image_uri) and _ANY_DLC.match(image_uri or "") is not None
+
+
+def record(selection: Selection | None, *, torch: str | None, python: str | None,
+           toolkit: tuple[str | None, str | None] | None,
+           python_from: str | None = None) -> dict[str, object]:
+    """``job.json`` ``Emulator.Framework``: what the job asked (``selection``; None: nothing) and
+    the torch, Python and toolkits that really ran (None where unknown, e.g. a user's image
+    without them). ``python_from`` (the process backend: "this machine's interpreter") makes the
+    deviations those of that Python and toolkit instead of the family image's."""
+    if selection is None:
+        return {"FrameworkVersion": None, "PyVersion": None, "Source": "default", "Family": CURRENT,
+                "Torch": torch, "Python": python,
+                "Toolkit": {"sagemaker-training": toolkit[0], "sagemaker-pytorch-training": toolkit[1]}
+                if toolkit else None, "Deviations": []}
+    deviations = selection.deviations if python_from is None or python is None else \
+        selection.deviations_when(python=python, python_from=python_from, toolkit=toolkit)
+    return selection.emulator_fields(torch=torch, python=python, toolkit=toolkit, deviations=deviations)
+
+
 def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
     """Rows for people (README, ``python -m emulator frameworks``): one per family."""
     return [{"family": f.name, "dlc": ", ".join(f"{v} {'/'.join(f.dlc_py)}" for v in f.dlc_versions),
@@ -341,5 +394,5 @@ def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
              "lightning tested": f.lightning or "-"} for f in families]
 
 
-__all__ = ["CURRENT", "FAMILIES", "Family", "Selection", "family", "parse_dlc_image",
-           "process_refusal", "select", "table"]
+__all__ = ["CURRENT", "FAMILIES", "Family", "Selection", "family", "is_dlc_image", "parse_dlc_image",
+           "process_refusal", "record", "select", "table"]

@@ -1,13 +1,18 @@
-"""The job's Python environment, when the source dir has a ``requirements.txt``.
+"""The job's Python environment, when the source dir has a ``requirements.txt`` or the job names
+a ``framework_version`` (process backend).
 
 The toolkit installs ``requirements.txt`` with ``python -m pip install -r`` into the interpreter
 that runs it. Never the user's own environment: hosts run a *job environment* — a venv layered on
 the user's (a ``.pth`` puts the user's site-packages after the venv's), so the user's torch is
-reused and what the requirements add or pin wins. Environments are cached by the hash of the
-requirements and the user's interpreter, prepared once under a file lock (parallel jobs and
-pytest-xdist workers share them). The hosts' own ``pip install`` then finds everything installed
-and needs no network. If the preparation fails, the job still runs, in a fresh throwaway venv, so
-the toolkit's own install fails inside the hosts exactly as on SageMaker (``InstallModuleError``).
+reused and what the requirements add or pin wins. A ``framework_version`` adds the family's torch
+(and its pins, e.g. ``numpy<2``) to the venv first, so it shadows the user's torch as the DLC's
+would. Environments are cached by the hash of the requirements, the framework pins and the user's
+interpreter, prepared once under a file lock (parallel jobs and pytest-xdist workers share them).
+The hosts' own ``pip install`` then finds everything installed and needs no network. If the
+requirements fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install
+fails inside the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch
+cannot be installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would
+have had it).
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from .frameworks import Selection
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "envs"
 #: How long preparing one job environment may take.
@@ -57,7 +68,7 @@ def _create(venv: Path) -> Path:
 LAYOUT = b"2"
 
 
-def _requirements(source_dir: Path, requirements: Path | None) -> Path | None:
+def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
     """``requirements`` if given (SDK v3's ``SourceCode.requirements``), else the toolkit's
     ``<source_dir>/requirements.txt``; None when there is none."""
     req = requirements if requirements is not None else (
@@ -65,32 +76,74 @@ def _requirements(source_dir: Path, requirements: Path | None) -> Path | None:
     return req if req is not None and req.is_file() else None
 
 
-def _key(req: Path) -> str:
-    data = LAYOUT + req.read_bytes() + sys.prefix.encode() + sys.version.encode()
+def framework_pins(selection: Selection | None) -> tuple[str, ...]:
+    """What a job environment installs for ``selection``: the family's torch and its pins
+    (nothing for no framework or ``current``: the user's torch)."""
+    if selection is None or selection.family is None:
+        return ()
+    return (selection.family.requirement, *selection.family.constraints)
+
+
+def _key(req: Path | None, pins: tuple[str, ...] = ()) -> str:
+    data = LAYOUT + (req.read_bytes() if req is not None else b"") + sys.prefix.encode() + sys.version.encode()
+    if pins:  # keys of environments without a framework stay what they were
+        data += b"\0framework\0" + "\n".join(pins).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def interpreter(source_dir: Path, requirements: Path | None = None) -> str:
+def interpreter(source_dir: Path, requirements: Path | None = None, *, framework: tuple[str, ...] = ()) -> str:
     """The interpreter a job whose source is ``source_dir`` runs with (reads only): this one, or
-    the cached job environment's when there is a requirements file."""
-    req = _requirements(source_dir, requirements)
-    return sys.executable if req is None else str(CACHE / _key(req) / "bin" / "python")
+    the cached job environment's when there is a requirements file or ``framework`` pins."""
+    req = requirements_of(source_dir, requirements)
+    if req is None and not framework:
+        return sys.executable
+    return str(CACHE / _key(req, framework) / "bin" / "python")
+
+
+def is_ready(python: str) -> bool:
+    """Whether ``python`` (from :func:`interpreter`) can run now: this interpreter, or a job
+    environment :func:`prepare` has finished."""
+    return Path(python) == Path(sys.executable) or (Path(python).parent.parent / ".ready").is_file()
+
+
+def torch_version(python: str) -> str | None:
+    """The torch release ``python`` imports (a job environment's own, else the user's), read from
+    the installed distributions' metadata (reads only; None: no torch)."""
+    from importlib import metadata
+
+    venv = Path(python).parent.parent
+    if Path(python) != Path(sys.executable) and (venv / "pyvenv.cfg").is_file():
+        for dist in metadata.distributions(path=[str(p) for p in venv.glob("lib/python*/site-packages")]):
+            if (dist.metadata["Name"] or "").lower() == "torch":
+                return dist.version
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pip(python: Path, args: list[str], log: Path, cwd: Path, env: Mapping[str, str] | None) -> int:
+    with open(log, "ab") as out:
+        return subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=cwd, timeout=PREPARE_TIMEOUT,
+                              check=False, env=None if env is None else dict(env)).returncode
 
 
 def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | None = None,
-            env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+            env: Mapping[str, str] | None = None, framework: tuple[str, ...] = ()) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
-    Without a ``requirements.txt``: this interpreter, nothing to do. With one: the cached job
-    environment's interpreter (:func:`interpreter`), installing the requirements first if needed
-    (output to ``log``; pip runs with ``env``: the supervisor passes the hosts' environment, so
-    nothing of the caller's reaches it; default: this process's).
+    Without a ``requirements.txt`` or ``framework`` pins: this interpreter, nothing to do. Else the
+    cached job environment's interpreter (:func:`interpreter`), installing the pins and then the
+    requirements first if needed (output to ``log``; pip runs with ``env``: the supervisor passes
+    the hosts' environment, so nothing of the caller's reaches it; default: this process's).
+    Raises :class:`~emulator.errors.BackendUnavailable` when the pins cannot be installed.
     """
-    req = _requirements(source_dir, requirements)
-    if req is None:
+    req = requirements_of(source_dir, requirements)
+    if req is None and not framework:
         return sys.executable, True
-    source_dir = req.parent
-    key = _key(req)
+    cwd = req.parent if req is not None else source_dir
+    key = _key(req, framework)
     CACHE.mkdir(parents=True, exist_ok=True)
     venv = CACHE / key
     with open(CACHE / f"{key}.lock", "w") as lock:
@@ -99,12 +152,11 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(venv / "bin" / "python"), True
         shutil.rmtree(venv, ignore_errors=True)
         python = _create(venv)
-        with open(log, "ab") as out:
-            done = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
-                                   "-r", str(req)], stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=source_dir, timeout=PREPARE_TIMEOUT, check=False,
-                                  env=None if env is None else dict(env))
-        if done.returncode == 0:
+        if framework and _pip(python, list(framework), log, cwd, env) != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise BackendUnavailable(f"could not install {' '.join(framework)} into the job environment "
+                                     f"(the DLC's torch); pip's output: {log}")
+        if req is None or _pip(python, ["-r", str(req)], log, cwd, env) == 0:
             (venv / ".ready").touch()
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)

@@ -207,7 +207,8 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
                                          python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
                                          smddprun=group.type.has_smddp,
-                                         gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO)
+                                         gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO,
+                                         toolkit=runtime.toolkit)
             if toolkit else None,
         ))
     return JobPlan(request=request, runner=runner, runtime=runtime, hosts=tuple(plans))

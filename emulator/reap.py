@@ -2,12 +2,13 @@
 left behind.
 
 Kept hosts (``--keep-hosts``, see :mod:`emulator.kept`): with ``JOB_DIR``, that job's; without,
-every kept job recorded in this machine's temp folder and every kept namespace agent whose
-emulator is gone. Process backend otherwise: a job's hosts live in namespaces whose PID 1 (the
-namespace agent) exits when its emulator does, so no process can be left; what can remain is a
-killed run's temporary folders, removed here when their owner process is gone. Docker backend:
-containers and networks labelled by an emulator process that no longer exists (see
-:func:`emulator.backends.docker.reap`).
+every kept job recorded in this machine's temp folder and every kept namespace agent whose emulator
+is gone. Process backend otherwise: a job's hosts live in namespaces whose PID 1 (the namespace
+agent) exits when its emulator does, so no process can be left; what can remain is a killed run's
+temporary folders, removed here when their owner process is gone. Docker backend: containers and
+networks labelled by an emulator process that no longer exists (see
+:func:`emulator.backends.docker.reap`), and helper containers (wheelhouse, image probe, image
+build) whose owner is gone (:func:`emulator.helpers.reap`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def reap(job_dir: Path | str | None = None) -> list[str]:
     if reaper is not None:
         try:
             lines += list(reaper())
+            from . import helpers  # wheelhouse, probe and image-build helper containers
+
+            lines += helpers.reap(docker_backend._client())
         except Exception as exc:  # no engine here: nothing of docker to reap
             lines.append(f"docker: not reaped ({exc})")
     return lines

@@ -28,7 +28,9 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from . import distribution as dist
+from . import frameworks
 from .errors import RequestError
+from .frameworks import Selection
 from .inhost import protocol as P
 from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup
 
@@ -126,6 +128,16 @@ class JobRequest:
     host_order: tuple[str, ...] | None = None
     #: The SMDDP stand-in refuses what it only infers SMDDP does not support (default: warns).
     smddp_strict: bool = False
+    #: The estimator's ``framework_version``/``py_version`` (SDK v2 sends them as the DLC
+    #: ``image_uri`` instead, which :attr:`framework` reads); ``"current"``: today's torch.
+    framework_version: str | None = None
+    py_version: str | None = None
+
+    @property
+    def framework(self) -> Selection | None:
+        """The torch, Python and toolkits the job asks for (:mod:`emulator.frameworks`), from
+        ``framework_version``/``py_version`` or a DLC ``image_uri``; None: nothing asked."""
+        return frameworks.select(self.framework_version, self.py_version, image_uri=self.image_uri)
 
     @property
     def container_command(self) -> tuple[str, ...] | None:
@@ -248,6 +260,8 @@ def create(
     pass_env: Sequence[str] = (),
     host_order: Sequence[str] | None = None,
     smddp_strict: bool = False,
+    framework_version: str | None = None,
+    py_version: str | None = None,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -319,6 +333,8 @@ def create(
         pass_env=_names(pass_env, "pass_env"),
         host_order=None if host_order is None else _host_names(host_order, groups),
         smddp_strict=smddp_strict,
+        framework_version=framework_version,
+        py_version=py_version,
     )
     validate(request)
     return request
@@ -524,6 +540,13 @@ def validate(request: JobRequest) -> None:
         raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
     if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", request.region):
         raise RequestError("region", f"{request.region!r} is not an AWS region name", allowed="e.g. us-west-2")
+    for value, field_name in ((request.framework_version, frameworks.FIELD_VERSION),
+                              (request.py_version, frameworks.FIELD_PY)):
+        if value is not None and not isinstance(value, str):
+            raise RequestError(field_name, f"{value!r} is a {type(value).__name__}, not a string",
+                               allowed='a version string, e.g. "1.12.1" / "py38"')
+    # an unknown version, a py_version that version never had, a DLC without a wheel here
+    frameworks.select(request.framework_version, request.py_version, image_uri=request.image_uri)
     program = dist.decode(hps.get("sagemaker_program", json.dumps(entry)))
     if program != entry:
         raise RequestError("HyperParameters.sagemaker_program", f"{program!r} differs from entry_point {entry!r}")

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -175,7 +175,7 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
                 job_id: str, scratch: Path, python: str | None = None) -> tuple[planning.JobPlan, LaunchSpec]:
     """The plan and launch spec ``backend`` runs for ``request`` (``run`` and ``plan`` both use
     this). ``python``: the job environment's interpreter (default: the backend's prediction)."""
-    runtime = backend.runtime(python=python or backend.job_python(request))
+    runtime = backend.runtime(python=python or backend.job_python(request), request=request)
     job_plan = planning.build(request, runtime=runtime, caller_env=caller_env, num_cpus=os.cpu_count() or 1)
     spec = backend.launch_spec(job_plan, job_id=job_id, scratch=scratch, logs=request.job_dir / "logs")
     return job_plan, spec
@@ -224,6 +224,9 @@ class _JobRun:
         self.observer_errors: list[Diagnostic] = []
         self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept.py)
         self.ran_image: str | None = None  # the image the hosts ran (docker backend)
+        #: What the backend's ``prepare`` warned about, and the framework that ran (the spec's).
+        self.prepare_warnings: list[str] = []
+        self.framework: dict[str, Any] | None = None
 
     # -- observers -------------------------------------------------------------------------------
     def _notify(self, hook: str, *args: Any) -> None:
@@ -271,6 +274,7 @@ class _JobRun:
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
             self._enter("Downloading")
             job_plan, spec = self._plan(python, scratch)
+            self.framework = spec.options.get("framework")
             materialise.write_all(job_plan)
             for h in spec.hosts:
                 h.log_path.touch()
@@ -427,8 +431,9 @@ class _JobRun:
             "Image": self.ran_image,  # what ran (a DLC URI runs the emulator's image)
             "SpotInterruptions": spot,
             "Faults": [],
-            "Warnings": merged.warnings,
-            "Deviations": deviations.for_request(request),
+            "Warnings": [*self.prepare_warnings, *merged.warnings],
+            "Deviations": deviations.for_request(request, self.framework),
+            "Framework": self.framework,
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
             **kept.describe(self.kept),
@@ -440,7 +445,7 @@ class _JobRun:
                            secondary_status=last.outcome.secondary, failure_reason=failure_reason,
                            job_dir=self.job_dir, hosts=tuple(hosts), description=description,
                            model_artifact=model, output_artifact=output, diagnostics=tuple(diagnostics),
-                           warnings=tuple(merged.warnings),
+                           warnings=(*self.prepare_warnings, *merged.warnings),
                            first_failure=last.first_failure.host if last.first_failure else None)
         _summary(result, self.stream, self.echo, merged.console)
         if self.echo and self.kept is not None:  # last: what to do next
@@ -483,12 +488,25 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     from .preflight import check as preflight
 
     preflight(request, be)
-    return _JobRun(request, be, stream=stream or sys.stdout, echo=echo, stop_grace=stop_grace,
-                   keep_hosts=keep_hosts,
-                   observers=default_observers(request, faults) if observers is None else
-                   [*([FaultObserver(faults)] if faults else []), *observers],
-                   stop=stop or threading.Event(), clock=clock or SystemClock(),
-                   caller_env=dict(os.environ) if caller_env is None else caller_env).run()
+    stream = stream or sys.stdout
+    # Before anything of the job exists: refusals, and a framework image or wheelhouse built once.
+    prepared = be.prepare(request, say=_progress(stream if echo else sys.stderr))
+    job = _JobRun(request, be, stream=stream, echo=echo, stop_grace=stop_grace,
+                  keep_hosts=keep_hosts,
+                  observers=default_observers(request, faults) if observers is None else
+                  [*([FaultObserver(faults)] if faults else []), *observers],
+                  stop=stop or threading.Event(), clock=clock or SystemClock(),
+                  caller_env=dict(os.environ) if caller_env is None else caller_env)
+    job.prepare_warnings = list(prepared)
+    return job.run()
+
+
+def _progress(out: TextIO) -> Callable[[str], None]:
+    """Progress lines of a backend's preparation (e.g. a framework image's first build)."""
+    def say(text: str) -> None:
+        out.write(paint(f"[emulator] {text}", "1", out) + "\n")
+        out.flush()
+    return say
 
 
 def _merge(reports: Sequence[Report]) -> Report:

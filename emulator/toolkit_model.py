@@ -1,10 +1,25 @@
-"""What the pinned toolkit (sagemaker-training 5.1.4, sagemaker-pytorch-training 3.0.0) will
-compute inside a host, predicted from the host's config files: ``SM_*`` values and the launcher
-command. Used by ``plan`` (nothing runs there). Written from the reference, not copied; the tests
-compare it with the real toolkit, which stays the authority at run time.
+"""What the toolkit (sagemaker-training 5.1.x, sagemaker-pytorch-training 3.0.0) will compute
+inside a host, predicted from the host's config files: ``SM_*`` values and the launcher command.
+Used by ``plan`` (nothing runs there). Written from the reference, not copied; the tests compare
+it with the real toolkit, which stays the authority at run time.
 
-Not predicted: ``SM_TRAINING_ENV`` and ``PYTHONPATH`` (both depend on the interpreter in the
-host) and ``SM_NUM_CPUS`` beyond this machine's count.
+The launcher follows the toolkit version that runs in the host (``toolkit=``; default the
+emulator's pin, 5.1.4). The framework images of the DLC families 2.11 to 2.13 hold 5.1.1, which
+launches differently (the released 5.1.1 to 5.1.4 sources, compared):
+
+- up to 5.1.2, the toolkit runs the command through ``asyncio.create_subprocess_shell(" ".join(
+  cmd))`` whenever it captures stderr (the default; always for ``torch_distributed``), so the
+  process it starts is ``/bin/sh -c "<cmd joined by spaces>"`` and the shell parses the
+  hyperparameters again; with ``sagemaker_toolkit_native_launcher_enabled`` the other runners
+  ``Popen`` the list (after stripping ``"`` from its last item). 5.1.3 and later exec the list;
+- a Python script runs as ``python -- script.py`` from 5.1.4 on, ``python script.py`` before;
+- a shell entry point is ``/bin/sh -c '"./script.sh args"'`` (with the quotes) up to 5.1.2;
+- 5.1.1's EFA instance lists lack ``ml.p5e.48xlarge`` (NCCL) and ``ml.p5.48xlarge``/
+  ``ml.p5e.48xlarge`` (RDMA).
+
+``toolkit=None`` (an image whose toolkit is not known) predicts no launcher. ``SM_*`` values are
+the same in every 5.1.x release. Not predicted: ``SM_TRAINING_ENV`` and ``PYTHONPATH`` (both
+depend on the interpreter in the host) and ``SM_NUM_CPUS`` beyond this machine's count.
 """
 
 from __future__ import annotations
@@ -23,6 +38,23 @@ TOOLKIT_HPS = frozenset({
 })
 MASTER_PORT = "7777"
 BASE = "/opt/ml"
+#: The sagemaker-training release the emulator pins (this machine's and the default image's).
+TOOLKIT_VERSION = "5.1.4"
+#: First releases with each launch change (see the module docstring).
+EXEC_SINCE = (5, 1, 3)  # create_subprocess_exec instead of a shell; no quotes in ``sh -c``
+DASHDASH_SINCE = (5, 1, 4)  # ``python -- script.py``
+EFA_LISTS_SINCE = (5, 1, 2)  # ml.p5e.48xlarge (NCCL), ml.p5/p5e.48xlarge (RDMA)
+
+
+def toolkit_release(version: str) -> tuple[int, ...]:
+    """``"5.1.1"`` -> (5, 1, 1); pre-release and local parts are ignored (``5.1.1.dev0``)."""
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
 
 
 def env_value(value: Any) -> str:
@@ -130,7 +162,8 @@ def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str], input_conf
 
 
 #: Instance types for which the pinned toolkit adds EFA variables to ``mpirun`` (a fact of
-#: sagemaker-training 5.1.4, ``SM_EFA_NCCL_INSTANCES`` / ``SM_EFA_RDMA_INSTANCES``).
+#: sagemaker-training 5.1.4, ``SM_EFA_NCCL_INSTANCES`` / ``SM_EFA_RDMA_INSTANCES``; 5.1.1's lack
+#: what :data:`EFA_LISTS_SINCE` added).
 EFA_NCCL_INSTANCES = frozenset({
     "ml.g4dn.8xlarge", "ml.g4dn.12xlarge", "ml.g5.48xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge",
     "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.trn1.32xlarge",
@@ -150,34 +183,48 @@ SMDATAPARALLEL_SERVER_PORT = "7592"
 def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Mapping[str, str], *,
                      num_gpus: int, python: str, input_config: Mapping[str, Any] | None = None,
                      credentials: Sequence[str] = (), smddprun: bool = True,
-                     gethostname_so: str = GETHOSTNAME_SO) -> list[str] | None:
+                     gethostname_so: str = GETHOSTNAME_SO,
+                     toolkit: str | None = TOOLKIT_VERSION) -> list[str] | None:
     """The command the toolkit's runner will start on this host; None where it starts none
-    (MPI-family workers, which wait for ``orted``). For the MPI family see
-    :func:`mpirun_command` (``input_config`` names the ``SM_CHANNEL_*`` variables MPI exports;
-    ``credentials`` the AWS credential variables set in the host)."""
+    (MPI-family workers, which wait for ``orted``) or the ``toolkit`` version is not known. For
+    the MPI family see :func:`mpirun_command` (``input_config`` names the ``SM_CHANNEL_*``
+    variables MPI exports; ``credentials`` the AWS credential variables set in the host)."""
+    if toolkit is None:
+        return None
+    release = toolkit_release(toolkit)
     user, framework = split_hyperparameters(hyperparameters)
     entry = str(decode(hyperparameters.get("sagemaker_program", '""')))
     args = cmd_args(user)
     pph = processes_per_host(framework, num_gpus)
     current = rc["current_host"]
+    cmd: list[str]
     if runner == "torch_distributed":
         hosts = distribution_hosts(rc, framework) or [current]
         cmd = ["torchrun", "--nnodes", str(len(hosts)), "--nproc_per_node", str(pph)]
         if len(hosts) > 1:
             cmd += ["--master_addr", hosts[0], "--master_port", MASTER_PORT,
                     "--node_rank", str(hosts.index(current))]
-        return [*cmd, entry, *args]
-    if runner in ("mpi", "smdataparallel"):
+        cmd = [*cmd, entry, *args]
+    elif runner in ("mpi", "smdataparallel"):
         hosts = distribution_hosts(rc, framework) or [current]
         if current != hosts[0]:
             return None
         names = list(sm_env(rc, hyperparameters, input_config or {}, num_gpus=num_gpus, num_cpus=1))
-        return mpirun_command(runner, hosts, framework, rc, pph=pph, entry=entry, args=args,
-                              python=python, sm_names=names, credentials=credentials,
-                              smddprun=smddprun, gethostname_so=gethostname_so)
-    if entry.endswith(".sh") or not entry.endswith(".py"):
-        return ["/bin/sh", "-c", f"./{entry} {' '.join(args)}".strip()]
-    return [python, "--", entry, *args]
+        cmd = mpirun_command(runner, hosts, framework, rc, pph=pph, entry=entry, args=args,
+                             python=python, sm_names=names, credentials=credentials,
+                             smddprun=smddprun, gethostname_so=gethostname_so, toolkit=toolkit)
+    elif entry.endswith(".sh") or not entry.endswith(".py"):
+        script = f"./{entry} {' '.join(args)}".strip()
+        cmd = ["/bin/sh", "-c", script if release >= EXEC_SINCE else f'"{script}"']
+    else:
+        cmd = [python, *(["--"] if release >= DASHDASH_SINCE else []), entry, *args]
+    if release >= EXEC_SINCE:
+        return cmd
+    # Up to 5.1.2: a shell when stderr is captured (always for torchrun: the toolkit passes
+    # run(wait, capture_error) positionally to its run(capture_error, wait)).
+    if runner == "torch_distributed" or not framework.get("sagemaker_toolkit_native_launcher_enabled"):
+        return ["/bin/sh", "-c", " ".join(cmd)]
+    return [*cmd[:-1], cmd[-1].strip('"')]
 
 
 def _custom_mpi_options(text: str) -> tuple[str, list[str]]:
@@ -206,7 +253,7 @@ def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str,
                    rc: Mapping[str, Any], *, pph: int, entry: str, args: Sequence[str],
                    python: str = "python", sm_names: Sequence[str] = (),
                    credentials: Sequence[str] = (), smddprun: bool = True,
-                   gethostname_so: str = GETHOSTNAME_SO) -> list[str]:
+                   gethostname_so: str = GETHOSTNAME_SO, toolkit: str = TOOLKIT_VERSION) -> list[str]:
     """The full ``mpirun`` argv the pinned toolkit's MPI runner (``runner == "mpi"``) or
     SMDataParallel runner (``"smdataparallel"``, also used for ``pytorchddp``) builds on the master.
 
@@ -218,6 +265,9 @@ def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str,
     """
     instance_type = str(framework.get("sagemaker_instance_type") or rc.get("current_instance_type"))
     iface = str(rc.get("network_interface_name", "eth0"))
+    efa_nccl, efa_rdma = EFA_NCCL_INSTANCES, EFA_RDMA_INSTANCES
+    if toolkit_release(toolkit) < EFA_LISTS_SINCE:
+        efa_nccl, efa_rdma = efa_nccl - {"ml.p5e.48xlarge"}, efa_rdma - {"ml.p5.48xlarge", "ml.p5e.48xlarge"}
     rank_program = [python, "-m", "mpi4py", entry, *args]
     if runner == "mpi":
         debug, extra = _custom_mpi_options(str(framework.get("sagemaker_mpi_custom_mpi_options", "")))
@@ -231,9 +281,9 @@ def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str,
                "-mca", "btl_vader_single_copy_mechanism", "none",
                *_x("NCCL_MIN_NRINGS=4", f"NCCL_SOCKET_IFNAME={iface}", f"NCCL_DEBUG={debug}",
                    "LD_LIBRARY_PATH", "PATH", f"LD_PRELOAD={gethostname_so}"), *extra]
-        if instance_type in EFA_NCCL_INSTANCES:
+        if instance_type in efa_nccl:
             cmd += _x("FI_PROVIDER=efa", "NCCL_PROTO=simple")
-        if instance_type in EFA_RDMA_INSTANCES:
+        if instance_type in efa_rdma:
             cmd += _x("FI_EFA_USE_DEVICE_RDMA=1")
         cmd += _x(*[c for c in CREDENTIAL_NAMES if c in credentials])
         names = list(sm_names)
@@ -255,9 +305,9 @@ def mpirun_command(runner: Runner, hosts: Sequence[str], framework: Mapping[str,
            *_x(f"NCCL_SOCKET_IFNAME={iface}", f"NCCL_DEBUG={debug}", "LD_LIBRARY_PATH", "PATH",
                "SMDATAPARALLEL_USE_HOMOGENEOUS=1" if multi else "SMDATAPARALLEL_USE_SINGLENODE=1",
                "FI_PROVIDER=efa", "RDMAV_FORK_SAFE=1", f"LD_PRELOAD={gethostname_so}"), *extra]
-    if instance_type in EFA_NCCL_INSTANCES:
+    if instance_type in efa_nccl:
         cmd += _x("NCCL_PROTO=simple")
-    if instance_type in EFA_RDMA_INSTANCES:
+    if instance_type in efa_rdma:
         cmd += _x("FI_EFA_USE_DEVICE_RDMA=1")
     if multi:
         cmd += _x(f"SMDATAPARALLEL_SERVER_ADDR={hosts[0]}",

@@ -35,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import helpers
 from .errors import BackendUnavailable
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
@@ -42,8 +43,6 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagema
 HOST_WHEELHOUSE = "/opt/sm-emulator/wheelhouse"
 HOST_PIP_CONF = "/etc/pip.conf"
 RESOLVER = Path(__file__).with_name("_wheelhouse_resolver.py")
-#: Label of the helper container (``python -m emulator reap`` knows the prefix).
-HELPER_LABEL = "sagemaker-emulator.helper"
 RESOLVE_TIMEOUT = 1800.0
 #: This machine's CA bundle, given to the helper's pip (a TLS-inspecting proxy's CA may be in it).
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -96,15 +95,16 @@ def image_id(image: str) -> str:
     return done.stdout.strip()
 
 
-def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
-    """Run the resolver in a helper container of ``image`` (removed whatever happens)."""
-    args = ["run", "--rm", "--name", name, "--label", f"{HELPER_LABEL}=wheelhouse",
+def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
+    """Run the resolver in a helper container of ``image`` (removed whatever happens; labelled
+    for ``python -m emulator reap``, see :mod:`emulator.helpers`)."""
+    args = ["run", "--rm", "--name", name, *helpers.label_args("wheelhouse"),
             "--network", "bridge", "--entrypoint", "python",
-            "--volume", f"{source_dir}:/opt/ml/code:ro", "--volume", f"{out}:/out",
+            "--volume", f"{requirements.parent}:/opt/ml/code:ro", "--volume", f"{out}:/out",
             "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro",
             *(["--volume", f"{CA_BUNDLE}:/tmp/sm-emulator-ca.crt:ro", "--env",
                "PIP_CERT=/tmp/sm-emulator-ca.crt"] if CA_BUNDLE.is_file() else []), image,
-            "/tmp/sm-emulator-resolver.py", "/opt/ml/code/requirements.txt", "/out",
+            "/tmp/sm-emulator-resolver.py", f"/opt/ml/code/{requirements.name}", "/out",
             str(os.getuid()), str(os.getgid())]
     try:
         done = _docker(*args, timeout=RESOLVE_TIMEOUT)
@@ -119,12 +119,30 @@ def _resolve(source_dir: Path, image: str, out: Path, name: str) -> None:
              "files": []}))
 
 
-def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
-    """The wheelhouse for ``source_dir/requirements.txt`` in ``image``; resolved once per
-    (requirements, image id) under a file lock, then reused (a failed resolution is retried).
-    Never raises for requirements pip cannot resolve: the result says so, and the hosts' own pip
-    reports it."""
-    text = (source_dir / "requirements.txt").read_text()
+def _file(requirements: Path) -> Path:
+    """A requirements file, or a source dir's ``requirements.txt``."""
+    return requirements / "requirements.txt" if requirements.is_dir() else requirements
+
+
+def _stored(folder: Path, key: str) -> Wheelhouse:
+    data = json.loads((folder / "result.json").read_text())
+    return Wheelhouse(folder, key, bool(data["resolved"]), data["error"], tuple(data["files"]))
+
+
+def lookup(requirements: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse | None:
+    """The wheelhouse :func:`prepare` made for ``requirements`` in ``image``, or None when there
+    is none yet. Reads only (the launch spec uses it)."""
+    key = cache_key(_file(requirements).read_text(), image_id(image))
+    return _stored(cache / key, key) if (cache / key / "result.json").is_file() else None
+
+
+def prepare(requirements: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
+    """The wheelhouse for ``requirements`` (a file, or a source dir's ``requirements.txt``) in
+    ``image``; resolved once per (requirements, image id) under a file lock, then reused (a failed
+    resolution is retried). Never raises for requirements pip cannot resolve: the result says so,
+    and the hosts' own pip reports it."""
+    requirements = _file(requirements)
+    text = requirements.read_text()
     key = cache_key(text, image_id(image))
     folder = cache / key
     cache.mkdir(parents=True, exist_ok=True)
@@ -137,14 +155,13 @@ def prepare(source_dir: Path, image: str, *, cache: Path = CACHE) -> Wheelhouse:
             try:
                 (tmp / "wheels").mkdir()
                 name = f"sm-emulator-wheelhouse-{key}-{os.getpid()}"
-                _resolve(source_dir.resolve(), image, tmp, name)
+                _resolve(requirements.resolve(), image, tmp, name)
                 (tmp / "pip.conf").write_text(pip_conf())
                 shutil.rmtree(folder, ignore_errors=True)
                 tmp.rename(folder)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    data = json.loads((folder / "result.json").read_text())
-    return Wheelhouse(folder, key, bool(data["resolved"]), data["error"], tuple(data["files"]))
+    return _stored(folder, key)
 
 
-__all__ = ["HOST_PIP_CONF", "HOST_WHEELHOUSE", "Wheelhouse", "pip_conf", "prepare"]
+__all__ = ["HOST_PIP_CONF", "HOST_WHEELHOUSE", "Wheelhouse", "lookup", "pip_conf", "prepare"]

@@ -54,6 +54,8 @@ class Scenario:
     gpus_per_host: int | None = 2
     #: The folder that holds the examples (another one in the drift test).
     examples_dir: Path = HERE
+    #: The backend this scenario always runs on (None: ``--backend``).
+    backend: str | None = None
 
     @property
     def launcher(self) -> Path:
@@ -72,6 +74,19 @@ SCENARIOS = (
     Scenario("bert_lightning[ddp]", "bert_lightning", ("--backend", "ddp")),
     Scenario("bert_lightning[smddp]", "bert_lightning", ("--backend", "smddp")),
 )
+
+
+def framework_scenarios() -> list[Scenario]:
+    """Jobs that name a ``framework_version`` (issue 15: their DLC's torch and Python, so the docker
+    backend whatever ``--backend`` says), when a docker engine runs here. Their test is
+    tests/test_framework_jobs.py."""
+    try:
+        from emulator.backends.docker import DockerBackend
+
+        DockerBackend().check()
+    except Exception:
+        return []
+    return [Scenario("mnist_lightning16_smddp", "mnist_lightning16_smddp", backend="docker")]
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,7 @@ def run_one(scenario: Scenario, *, work: Path, backend: str = "process", echo: b
     work.mkdir(parents=True, exist_ok=True)
     s3 = work / "s3"
     env = {k: v for k, v in os.environ.items() if k not in AWS_CREDENTIALS}
-    env.update(SAGEMAKER_EMULATOR_S3_DIR=str(s3), SAGEMAKER_EMULATOR_BACKEND=backend,
+    env.update(SAGEMAKER_EMULATOR_S3_DIR=str(s3), SAGEMAKER_EMULATOR_BACKEND=scenario.backend or backend,
                SAGEMAKER_SUPPRESS_V2_WARNING="1")
     env.pop("SAGEMAKER_EMULATOR_GPUS_PER_HOST", None)
     if scenario.gpus_per_host is not None:
@@ -255,9 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--echo", action="store_true", help="stream the launchers' output to the console")
     args = parser.parse_args(argv)
 
-    chosen = [s for s in SCENARIOS if not args.only or any(s.name.startswith(o) for o in args.only)]
+    everything = [*SCENARIOS, *framework_scenarios()]
+    chosen = [s for s in everything if not args.only or any(s.name.startswith(o) for o in args.only)]
     if not chosen:
-        parser.error(f"no scenario matches {args.only}; known: {', '.join(s.name for s in SCENARIOS)}")
+        parser.error(f"no scenario matches {args.only}; known: {', '.join(s.name for s in everything)}")
     root = args.output_dir or Path(tempfile.mkdtemp(prefix="emulator-matrix-"))
     outcomes: list[Outcome] = []
     try:

@@ -46,6 +46,9 @@ _STATE: dict[str, str] = {}
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[OWNER_VAR] = OWNER
+    # SDK launchers always name a DLC (framework_version or image_uri); the suite runs them with
+    # today's torch unless a test asks otherwise (tests/test_framework_jobs.py does).
+    os.environ.setdefault("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", "current")
     original = tempfile.gettempdir()
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", original)
     private = tempfile.mkdtemp(prefix=f"smemu-tests-{OWNER}-", dir=original)

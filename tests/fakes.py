@@ -9,7 +9,7 @@ else the supervisor does is real: the plan, the host trees, the logs, the archiv
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,12 +120,15 @@ class FakeBackend:
     def check(self) -> None:
         pass
 
-    def runtime(self, *, python: str | None = None) -> Runtime:
+    def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         return Runtime(python="python3", train_command=("train",), inhost_root="/inhost", base_env={},
                        path="/usr/bin:/bin")
 
     def job_python(self, request: JobRequest) -> str | None:
         return None
+
+    def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
+        return []
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path,
                        env: Mapping[str, str]) -> str | None:

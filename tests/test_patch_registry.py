@@ -167,9 +167,8 @@ def test_critical_target_with_a_renamed_parameter_stops_the_process(capsys: pyte
     err = capsys.readouterr().err
     assert "[emulator] patch torch.distributed.distributed_c10d.all_reduce [smddp-limits]" in err
     assert "this process stops" in err and "torch 2.13.0" in err
-    # gone altogether (another torch version): nothing a script could call, so not fatal, not patched
-    assert registry.wrap("smddp-limits", _module("torch.distributed.distributed_c10d"), "reduce", lambda o: o) is False
-    assert "(not found); not patched" in capsys.readouterr().err
+    with pytest.raises(registry.PatchMismatch, match="not found"):  # gone altogether
+        registry.wrap("smddp-limits", _module("torch.distributed.distributed_c10d"), "reduce", lambda o: o)
 
 
 def test_non_critical_problems_are_logged_and_wraps_skipped(capsys: pytest.CaptureFixture[str]) -> None:

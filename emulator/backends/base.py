@@ -18,12 +18,13 @@ itself sent it.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inhost.protocol import HostExit
+from ..toolkit_model import TOOLKIT_VERSION
 
 if TYPE_CHECKING:
     from ..plan import JobPlan
@@ -58,6 +59,9 @@ class Runtime:
     base_env: Mapping[str, str]
     path: str
     gethostname_so: str | None = None  # the toolkit's LD_PRELOAD library, where it is known
+    #: The sagemaker-training release that runs in the hosts (the launcher prediction follows
+    #: it); None: not known (a user's image), no launcher is predicted.
+    toolkit: str | None = TOOLKIT_VERSION
 
 
 @dataclass(frozen=True)
@@ -158,9 +162,18 @@ class Backend(Protocol):
 
     def check(self) -> None: ...
 
-    def runtime(self, *, python: str | None = None) -> Runtime:
+    def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         """The image's facts for planning; ``python``: the job environment's interpreter (process
-        backend: a venv for ``requirements.txt``; ignored where the image brings its own)."""
+        backend: a venv for ``requirements.txt``; ignored where the image brings its own);
+        ``request``: the job, whose framework version decides the image (docker) and the toolkit."""
+
+    def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
+        """Ready what the job needs before anything of it is written or started, once per job
+        (docker: build the framework image, resolve the wheelhouse; process: nothing but the
+        checks). Raises :class:`~emulator.errors.RequestError` for a framework this backend
+        cannot run, :class:`~emulator.errors.BackendUnavailable` when the preparation fails;
+        ``say`` gets progress lines for people. Returns warnings for ``job.json``. Afterwards
+        ``launch_spec`` finds everything ready (it reads, never builds)."""
 
     def job_python(self, request: JobRequest) -> str | None:
         """The interpreter ``prepare_python`` gives this job, predicted without side effects."""

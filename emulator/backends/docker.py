@@ -26,7 +26,6 @@ import importlib
 import io
 import ipaddress
 import os
-import re
 import shutil
 import signal as _signal
 import socket
@@ -34,15 +33,17 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable
 from ..inhost import protocol as P
+from ..toolkit_model import TOOLKIT_VERSION
 from .base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
 
 if TYPE_CHECKING:
+    from ..images import JobImage
     from ..plan import JobPlan
     from ..request import JobRequest
 
@@ -69,18 +70,13 @@ STREAM_TIMEOUT = 10 * 24 * 3600.0  # log streams and waits: effectively never
 KILL_WAIT = 10.0  # seconds to wait for a container after SIGKILL
 POLL_INTERVAL = 0.1
 
-#: AWS Deep Learning Container training images (e.g.
-#: ``763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.2.0-gpu-py310``) run as the
-#: emulator image; any other image name is used as given.
-_DLC_IMAGE = re.compile(
-    r"^(?:\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?|public\.ecr\.aws/[^/]+)/"
-    r"(?:[a-z0-9-]*/)?(?:huggingface-)?pytorch-training(?:-[a-z0-9]+)?(?::|@|$)"
-)
-
-
 def resolve_image(image: str | None) -> str:
-    """The image a host runs: the emulator image for none or a PyTorch DLC URI, else ``image``."""
-    if not image or _DLC_IMAGE.match(image):
+    """The image a host runs when no framework version is asked: the emulator image for none or a
+    PyTorch DLC URI (``pytorch-training``, ``pytorch`` from 2.11 on), else ``image`` as given.
+    A job's image also follows its framework version: :func:`emulator.images.planned`."""
+    from ..frameworks import is_dlc_image
+
+    if not image or is_dlc_image(image):
         return DEFAULT_IMAGE
     return image
 
@@ -425,25 +421,85 @@ class DockerBackend:
             raise BackendUnavailable(
                 f"docker image {image} is not on this engine: {hint}") from None
 
-    def runtime(self, *, python: str | None = None) -> Runtime:
+    def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         """The emulator image: its ``python3``, ``train`` and ``PATH``; the rest of its ``ENV``
-        is read from the engine when the launch spec is made."""
+        is read from the engine when the launch spec is made. With ``request``: the toolkit
+        release of the job's image (what ``prepare`` read from it; the framework table's before)."""
+        toolkit: str | None = TOOLKIT_VERSION
+        if request is not None:
+            from .. import images
+
+            image = images.planned(request)
+            found = images.facts(image.tag) if image.built else None
+            toolkit = (found.training_toolkit if found is not None else
+                       image.family.toolkit[0] if image.family is not None else
+                       None if image.own else TOOLKIT_VERSION)
         return Runtime(python="python3", train_command=("train",), inhost_root=INHOST_ROOT,
-                       base_env={}, path=IMAGE_PATH)
+                       base_env={}, path=IMAGE_PATH, toolkit=toolkit)
 
     def job_python(self, request: JobRequest) -> str | None:
         return None  # the image's python3
 
+    def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
+        """The job's image (a framework family's is built on first use), what it holds (probed
+        once per image), and a wheelhouse for the job's requirements resolved for it."""
+        from .. import images, jobenv, wheelhouse
+
+        image = images.ensure(request, say=say)
+        self._require_image(_client(), image)
+        images.probe(image)
+        req = jobenv.requirements_of(request.source_dir, request.requirements_file)
+        if req is None:
+            return []
+        if wheelhouse.lookup(req, image) is None:
+            say(f"resolving {req.name} for {image} into a wheelhouse (once; hosts have no egress)")
+        house = wheelhouse.prepare(req, image)
+        if house.resolved:
+            return []
+        return [f"{req.name} could not be resolved for {image}, so the hosts' pip will fail "
+                f"(InstallRequirementsError, as on SageMaker); pip said: {house.error[-600:]} "
+                f"(full output: {house.log})"]
+
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         return None  # the toolkit installs requirements.txt inside the containers
+
+    @staticmethod
+    def _job_image(plan: JobPlan) -> tuple[JobImage, list[Mount], dict[str, Any], list[str]]:
+        """The image, the wheelhouse mounts, ``Emulator.Framework`` and what ``prepare`` still has
+        to do (for ``plan`` before the first run). Reads only."""
+        from .. import frameworks, images, jobenv, wheelhouse
+
+        request = plan.request
+        image = images.planned(request)
+        pending = [image.pending] if image.pending else []
+        found = images.facts(image.tag) if image.built else None
+        if found is None and image.built:
+            pending.append(f"{image.tag} is probed for its torch, Python and toolkits before the job starts")
+        fam = image.family
+        framework = frameworks.record(
+            request.framework, torch=found.torch if found else fam.torch if fam else None,
+            python=found.python if found else fam.python if fam else None,
+            toolkit=found.toolkit if found else fam.toolkit if fam else None)
+        mounts: list[Mount] = []
+        req = jobenv.requirements_of(request.source_dir, request.requirements_file)
+        house = wheelhouse.lookup(req, image.tag) if req is not None and image.built else None
+        if house is not None:
+            mounts = [Mount(source, target, read_only=True) for target, source in house.mounts().items()]
+        elif req is not None:
+            pending.append(f"{req.name} is resolved into a wheelhouse for the image before the job starts, "
+                           f"mounted at {wheelhouse.HOST_WHEELHOUSE} with {wheelhouse.HOST_PIP_CONF}")
+        return image, mounts, framework, pending
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
 
         client = _client()
-        image = resolve_image(plan.request.image_uri)
-        self._require_image(client, image)
-        config = client.images.get(image).attrs.get("Config") or {}
+        job_image, extra_mounts, framework, pending = self._job_image(plan)
+        image = job_image.tag
+        config: dict[str, Any] = {}
+        if job_image.built:  # a family image not built yet has no ENV to read: `pending` says so
+            self._require_image(client, image)
+            config = client.images.get(image).attrs.get("Config") or {}
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         entrypoint = tuple(config.get("Entrypoint") or ())
         if plan.request.container_command:  # ContainerEntrypoint replaces the image's, as on SageMaker
@@ -462,7 +518,7 @@ class DockerBackend:
             env = {**image_env, "HOME": image_env.get("HOME", "/root"), **host.env, "HOSTNAME": host.name,
                    **added}
             mounts = (*host_mounts(plan, host.name), inhost, diag,
-                      Mount(scratch / host.name / "hosts", "/etc/hosts", read_only=True))
+                      Mount(scratch / host.name / "hosts", "/etc/hosts", read_only=True), *extra_mounts)
             launches.append(HostLaunch(
                 name=host.name, address=addresses[host.name], command=tuple(host.command), env=env,
                 workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
@@ -472,7 +528,8 @@ class DockerBackend:
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
                           options={"shm_size": SHM_SIZE, "user": "0",
-                                   "entrypoint": "request" if plan.request.container_command else "image"})
+                                   "entrypoint": "request" if plan.request.container_command else "image",
+                                   "framework": framework, **({"pending": pending} if pending else {})})
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED

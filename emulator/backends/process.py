@@ -29,6 +29,7 @@ import atexit
 import importlib.util
 import json
 import os
+import platform
 import pwd
 import queue
 import shutil
@@ -37,11 +38,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, EmulatorError
+from ..errors import BackendUnavailable, EmulatorError, RequestError
 from ..inhost import ROOT as INHOST_ROOT
 from ..inhost import protocol as P
 from . import sshd
@@ -294,7 +295,7 @@ class ProcessBackend:
                 "(sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone). "
                 "Use --backend docker instead.")
 
-    def runtime(self, *, python: str | None = None) -> Runtime:
+    def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         """This machine as the image: ``python`` (default: this interpreter) runs the toolkit's
         ``train`` script installed here; its scripts (``torchrun``) come first on ``PATH``."""
         python = python or sys.executable
@@ -305,17 +306,47 @@ class ProcessBackend:
         spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
         return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
                        base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
-                       gethostname_so=spec.origin if spec is not None else None)
+                       gethostname_so=spec.origin if spec is not None else None,
+                       toolkit=_toolkit()[0])
 
+    # -- framework_version: this machine's interpreter with the DLC's torch (emulator/frameworks.py)
     def job_python(self, request: JobRequest) -> str | None:
         from .. import jobenv
 
-        return jobenv.interpreter(request.source_dir, request.requirements_file)
+        _refuse(request)
+        return jobenv.interpreter(request.source_dir, request.requirements_file,
+                                  framework=jobenv.framework_pins(request.framework))
+
+    def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
+        """Refuse a framework whose torch has no wheel for this interpreter; say when the job
+        environment with the framework's torch is made first (``prepare_python`` makes it)."""
+        from .. import jobenv
+
+        python = self.job_python(request)
+        pins = jobenv.framework_pins(request.framework)
+        if pins and python and not jobenv.is_ready(python):
+            say(f"framework_version {request.framework_version or request.image_uri}: installing "
+                f"{' '.join(pins)} into a job environment (once; pip's output: logs/jobenv.log)")
+        return []
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         from .. import jobenv
 
-        return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env)[0]
+        return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env,
+                              framework=jobenv.framework_pins(request.framework))[0]
+
+    @staticmethod
+    def framework(plan: JobPlan) -> dict[str, Any]:
+        """``Emulator.Framework``: this interpreter's Python and toolkits, and the torch the job
+        environment holds (the framework's, once the environment is made)."""
+        from .. import frameworks, jobenv
+
+        selection = plan.request.framework
+        python = plan.runtime.python
+        torch = jobenv.torch_version(python) if jobenv.is_ready(python) else \
+            selection.family.torch if selection is not None and selection.family is not None else None
+        return frameworks.record(selection, torch=torch, python=platform.python_version(), toolkit=_toolkit(),
+                                 python_from="this machine's interpreter")
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
@@ -335,7 +366,9 @@ class ProcessBackend:
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),
                           scratch=scratch, options={"python": plan.runtime.python, "user_namespace": os.geteuid() != 0,
                                                     "sshd": "openssh" if sshd.available() else
-                                                    "stand-in" if sshd.standin_used() else None})
+                                                    "stand-in" if sshd.standin_used() else None,
+                                                    "framework": self.framework(plan),
+                                                    **_pending(plan.runtime.python)})
 
     @staticmethod
     def _unshare_prefix() -> list[str]:
@@ -417,6 +450,45 @@ def _owner() -> str:
 
 def _home() -> str:
     return pwd.getpwuid(os.geteuid()).pw_dir
+
+
+def _pending(python: str) -> dict[str, list[str]]:
+    """``plan``'s note when the job environment is not made yet (``prepare_python`` makes it)."""
+    from .. import jobenv
+
+    if jobenv.is_ready(python):
+        return {}
+    return {"pending": [f"the job environment {Path(python).parent.parent} is made before the job starts "
+                        "(the framework's torch, then the requirements)"]}
+
+
+def _toolkit() -> tuple[str | None, str | None]:
+    """The sagemaker-training and sagemaker-pytorch-training releases installed here."""
+    from importlib import metadata
+
+    out: list[str | None] = []
+    for name in ("sagemaker-training", "sagemaker-pytorch-training"):
+        try:
+            out.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            out.append(None)
+    return out[0], out[1]
+
+
+def _refuse(request: JobRequest) -> None:
+    """RequestError, before anything starts, for a framework whose torch has no wheel for this
+    interpreter (torch 1.12 on Python 3.11), naming both versions and ``--backend docker``."""
+    from .. import frameworks
+
+    selection = request.framework
+    why = frameworks.process_refusal(selection, sys.version_info[:2], platform.python_version())
+    if why is not None and selection is not None:
+        here = sys.version_info[:2]
+        runnable = [f.name for f in frameworks.FAMILIES if f.runs_on(here)]
+        raise RequestError(frameworks.FIELD_VERSION if selection.source == frameworks.FIELD_VERSION
+                           else frameworks.FIELD_IMAGE, why,
+                           allowed=f"on the process backend with Python {here[0]}.{here[1]}: "
+                                   f"{', '.join(runnable)}, {frameworks.CURRENT}; any with --backend docker")
 
 
 def _write_etc(folder: Path, host: HostLaunch) -> None:

@@ -14,6 +14,7 @@ to AWS.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import threading
@@ -24,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..backends import get_backend
 from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
 from ..result import JobResult, iso
@@ -82,10 +84,15 @@ class EmulatorSageMakerClient:
 
     def __init__(self, store: S3Store, *, region: str, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
-                 stop_grace: float = P.STOP_GRACE) -> None:
+                 stop_grace: float = P.STOP_GRACE, framework_version: str | None = None) -> None:
+        """``framework_version``: overrides the framework every job's ``TrainingImage`` names
+        (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none."""
+        from .launch import FRAMEWORK_VAR
+
         self.store = store
         self.region = region
         self.backend = backend
+        self.framework_version = framework_version or os.environ.get(FRAMEWORK_VAR) or None
         self.gpus_per_host = gpus_per_host
         self.keep_hosts = keep_hosts
         self.stop_grace = stop_grace
@@ -122,8 +129,15 @@ class EmulatorSageMakerClient:
                                f"({self.arn(name)})", "CreateTrainingJob")
         try:
             translated = from_create_training_job(create, store=self.store, region=self.region,
-                                                  gpus_per_host=self.gpus_per_host)
+                                                  gpus_per_host=self.gpus_per_host,
+                                                  framework_version=self.framework_version)
         except RequestError as exc:
+            raise client_error("ValidationException", str(exc), "CreateTrainingJob") from exc
+        try:  # a framework this backend cannot run (torch 1.12 on the process backend's Python 3.11)
+            get_backend(self.backend).job_python(translated.request)
+        except RequestError as exc:
+            for d in translated.temp_dirs:
+                shutil.rmtree(d, ignore_errors=True)
             raise client_error("ValidationException", str(exc), "CreateTrainingJob") from exc
         request = translated.request
         job = EmulatedJob(translated=translated, job_dir=request.job_dir, created=time.time())

@@ -11,12 +11,15 @@ folder (any other AWS service is refused by moto: nothing leaves the machine). S
 :mod:`emulator.sdk.v3.launch`. Then the script runs with ``runpy.run_path`` as ``__main__`` with
 ``sys.argv = [script, *args]``.
 
-DLC ``image_uri`` values are accepted and recorded (``AlgorithmSpecification.TrainingImage``); the
-process backend runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
+A PyTorch DLC ``TrainingImage`` (which the SDK derives from ``framework_version``/``py_version``)
+decides the torch and Python the job runs with (:mod:`emulator.frameworks`); the process backend
+runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
 becomes the command's exit code; an uncaught exception prints its traceback and gives 1.
 
 Environment: ``SAGEMAKER_EMULATOR_S3_DIR`` (S3 folder), ``SAGEMAKER_EMULATOR_BACKEND``
-(``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer GPUs per host).
+(``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer GPUs per host),
+``SAGEMAKER_EMULATOR_FRAMEWORK_VERSION=current`` (today's torch instead of the DLC's the launcher's
+``framework_version``/``image_uri`` names).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from .versions import installed_major
 #: Variables that steer the launched jobs (read by both SDK majors' redirects).
 BACKEND_VAR = "SAGEMAKER_EMULATOR_BACKEND"
 GPUS_VAR = "SAGEMAKER_EMULATOR_GPUS_PER_HOST"
+#: ``current``: run every job with today's torch whatever framework its image names (read by the
+#: emulator's SageMaker client, see :class:`emulator.sdk.client.EmulatorSageMakerClient`).
+FRAMEWORK_VAR = "SAGEMAKER_EMULATOR_FRAMEWORK_VERSION"
 
 
 def emulator_options() -> dict[str, Any]:

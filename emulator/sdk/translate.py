@@ -175,12 +175,16 @@ def _validate(request: JobRequest) -> None:
 
 def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None = None,
                              region: str = P.DEFAULT_REGION, gpus_per_host: int | None = None,
-                             forward_aws_credentials: bool = False) -> Translated:
-    """Translate a CreateTrainingJob request dict and validate the result."""
+                             forward_aws_credentials: bool = False,
+                             framework_version: str | None = None) -> Translated:
+    """Translate a CreateTrainingJob request dict and validate the result. The torch and Python
+    follow the PyTorch DLC ``TrainingImage`` (see :mod:`emulator.frameworks`) unless
+    ``framework_version`` overrides it (``"current"``: today's torch)."""
     temp: list[Path] = []
     try:
         return _translate(create, store=store, region=region, gpus_per_host=gpus_per_host,
-                          forward_aws_credentials=forward_aws_credentials, temp=temp)
+                          forward_aws_credentials=forward_aws_credentials, temp=temp,
+                          framework_version=framework_version)
     except BaseException:  # refused: leave nothing behind
         for d in temp:
             shutil.rmtree(d, ignore_errors=True)
@@ -188,7 +192,7 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
 
 
 def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str, gpus_per_host: int | None,
-               forward_aws_credentials: bool, temp: list[Path]) -> Translated:
+               forward_aws_credentials: bool, temp: list[Path], framework_version: str | None = None) -> Translated:
     algo = create.get("AlgorithmSpecification") or {}
     entrypoint, arguments = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
     hps = dict(create.get("HyperParameters") or {})
@@ -236,6 +240,7 @@ def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str,
         container_entrypoint=entrypoint,
         container_arguments=arguments,
         requirements_file=_v3_requirements(channels) if v3 else None,
+        framework_version=framework_version,
     )
     _validate(request)
     return Translated(request=request, create_request=dict(create), output_uri=output_uri,

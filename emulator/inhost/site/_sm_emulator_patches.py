@@ -14,19 +14,19 @@ Before patching, the target is checked (:func:`problems`):
 - **changed**: the fingerprint differs from the pinned version's (a new parameter, a new default,
   another docstring signature of a C function).
 
-Every problem is logged, once per process, on stderr (the host's log) with what changed. A
-*changed* fingerprint is reported only where the installed distribution is the pinned version
-(the framework families of ``emulator/frameworks.py`` run other torch versions, whose signatures
-differ in harmless ways; there only missing and broken targets count). For a **critical** group a
-broken target stops the process: :func:`replace`/:func:`wrap` raise :class:`PatchMismatch` (an
-``ImportError``) from the import that triggered the patch, so the rank or the toolkit fails and
-the host with it. Critical means: with the patch bound to an original whose parameters changed, a
-job could complete here with a result that differs from SageMaker's and no error (the smddp
-stand-in's limit checks: a script SageMaker rejects would pass). A missing target is never fatal:
-what a torch version lacks, a script cannot call there either. Every other group degrades loudly
-instead: a wrapper whose target is missing or broken is skipped (the unpatched call then fails as
-it would on a CPU machine: "Torch not compiled with CUDA", "not emulated: torch.cuda.Stream" ...),
-a replacement is applied anyway (it
+Every problem is logged, once per process, on stderr (the host's log) with what changed. On
+another release of the pinned distribution than the pinned one (a framework image: torch 1.12 in
+``sagemaker-emulator:torch1.12-*``), changed fingerprints are expected and summarised in one line
+per distribution, and a critical target that is missing on an *older* release (added after it,
+e.g. ``reduce_scatter_tensor`` in torch 1.13) is skipped: there is nothing to check a call of.
+For a **critical** group a missing or broken target stops the process: :func:`replace`/:func:`wrap`
+raise :class:`PatchMismatch` (an ``ImportError``) from the import that triggered the patch, so the
+rank or the toolkit fails and the host with it. Critical means: without the patch, or with it
+bound to an original whose parameters changed, a job could complete here with a result that
+differs from SageMaker's and no error (the smddp stand-in's limit checks: a script SageMaker
+rejects would pass). Every other group degrades loudly instead: a wrapper whose target is missing
+or broken is skipped (the unpatched call then fails as it would on a CPU machine: "Torch not
+compiled with CUDA", "not emulated: torch.cuda.Stream" ...), a replacement is applied anyway (it
 is the emulator's own implementation and does not call the original).
 
 The README's list of patches is generated from this module (``python -m emulator.inhost.patches
@@ -96,8 +96,7 @@ GROUPS = {g.name: g for g in (
     Group("cuda-rng", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "CUDA seeds and RNG states use the CPU generator (setting them does nothing)"),
     Group("cuda-memory", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          "allocation and utilisation queries of the emulated GPUs return 0 (or empty); mem_get_info "
-          "reports the instance type's GPU memory, all free"),
+          "memory and utilisation queries of the emulated GPUs return 0 (or empty)"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
@@ -117,9 +116,8 @@ GROUPS = {g.name: g for g in (
           "each DistributedSampler is recorded for the topology diagnostics"),
     Group("smddp-limits", "smdistributed.dataparallel.torch._emulated_backend",
           "import smdistributed.dataparallel.torch.torch_smddp",
-          "SMDDP's documented and observed limits (all_reduce AVG, barrier(device_ids), sub-groups and "
-          "other backends in DDP jobs); inferred ones (other ops, non-SMDDP collectives) are logged, "
-          "or refused with smddp_strict", critical=True),
+          "SMDDP's documented limits: only ReduceOp.SUM, only the documented collectives, no "
+          "sub-groups, no mixing with other backends", critical=True),
     Group("lightning-ddp", "_sm_emulator_lightning", "EMULATOR_GPU_COUNT > 0",
           "Lightning's DDP picks no CUDA device ids (the model lives on the CPU; with ids it would "
           "wrap DDP in a torch.cuda.Stream)"),
@@ -258,7 +256,7 @@ REGISTRY: tuple[Patch, ...] = tuple([
     Patch("gloo-backend", _C10D, "init_process_group",
           "(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, group_name='', "
           "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend",),
-          aliases=("torch.distributed",)),
+          aliases=("torch.distributed",)),  # device_id is dropped where it exists (torch 1.12 has none)
     Patch("gloo-backend", _C10D, "barrier", "(group=None, async_op=False, device_ids=None, timeout=None)", _TORCH,
           "wrap", needs=("group", "device_ids"), aliases=("torch.distributed",)),
     Patch("diagnostics", "torch.utils.data.distributed", "DistributedSampler.__init__",
@@ -296,13 +294,6 @@ REGISTRY: tuple[Patch, ...] = tuple([
     }, kind="wrap", needs=("backend",), aliases=("torch.distributed",)),
     Patch("smddp-limits", _C10D, "barrier", "(group=None, async_op=False, device_ids=None, timeout=None)", _TORCH,
           "wrap", needs=("group", "device_ids"), aliases=("torch.distributed",)),
-    Patch("smddp-limits", "torch.nn.parallel", "DistributedDataParallel.__init__",
-          "(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=None, init_sync=True, "
-          "process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False, "
-          "gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None, "
-          "param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None, "
-          "skip_all_reduce_unused_params=False, bucket_cap_mb_list=None, batched_grad_copy=False, "
-          "forward_sync_buffers=None)", _TORCH, "wrap", needs=("process_group",)),
     Patch("smddp-limits", _C10D, "init_process_group",
           "(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, group_name='', "
           "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend",),
@@ -372,32 +363,15 @@ def problems(patch: Patch, original: Any) -> dict[str, str]:
         if gone:
             found["broken"] = f"parameter(s) {', '.join(gone)} not found"
     actual = fingerprint(original)
-    if actual != patch.expected and _pinned_installed(patch):
+    if actual != patch.expected:
         found["changed"] = f"expected {patch.expected}, found {actual}"
     return found
-
-
-@functools.cache
-def _installed_version(distribution: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _pinned_installed(patch: Patch) -> bool:
-    """True when the distribution ``patch`` was fingerprinted in is installed at that version."""
-    name, version = pinned_distribution(patch)
-    installed = _installed_version(name)
-    return installed is not None and version_matches(installed, version)
 
 
 def describe(patch: Patch, found: Mapping[str, str]) -> str:
     """One line saying what changed and what happens now."""
     group = GROUPS[patch.group]
-    fatal = group.critical and "broken" in found
+    fatal = group.critical and ("missing" in found or "broken" in found)
     if fatal:
         then = ("this process stops: without this patch a job SageMaker would reject could complete here "
                 f"({group.why})")
@@ -411,6 +385,27 @@ def describe(patch: Patch, found: Mapping[str, str]) -> str:
 
 
 _REPORTED: set[str] = set()
+_INSTALLED: dict[str, str | None] = {}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"1.12.1+cu102"`` -> (1, 12, 1)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def other_release(patch: Patch) -> str | None:
+    """The installed release of ``patch``'s pinned distribution when it is another than the
+    pinned one (None: the pinned release, or not installed)."""
+    distribution, version = pinned_distribution(patch)
+    if distribution not in _INSTALLED:
+        import importlib.metadata
+
+        try:
+            _INSTALLED[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            _INSTALLED[distribution] = None
+    installed = _INSTALLED[distribution]
+    return installed if installed is not None and not version_matches(installed, version) else None
 
 
 def _check(patch: Patch, original: Any) -> bool:
@@ -419,7 +414,17 @@ def _check(patch: Patch, original: Any) -> bool:
     if not found:
         return True
     message = describe(patch, found)
-    if GROUPS[patch.group].critical and "broken" in found:
+    distribution, version = pinned_distribution(patch)
+    other = other_release(patch) if found.keys() == {"changed"} or found.keys() == {"missing"} else None
+    older = other is not None and "missing" in found and _release(other) < _release(version)
+    if other is not None and ("changed" in found or older):  # expected there: one line for all
+        if distribution not in _REPORTED:
+            _REPORTED.add(distribution)
+            print(f"[emulator] {distribution} {other} is not the pinned {version}: patch targets whose "
+                  f"signature differs there are patched as for {version}; those it does not have yet "
+                  "are skipped", file=sys.stderr, flush=True)
+        return not older  # added after that release: nothing to patch (or to add)
+    if GROUPS[patch.group].critical and ("missing" in found or "broken" in found):
         print(f"[emulator] {message}", file=sys.stderr, flush=True)
         raise PatchMismatch(message)
     if patch.target not in _REPORTED:
