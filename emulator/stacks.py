@@ -168,7 +168,7 @@ def parse_py_spy(text: str) -> list[Thread]:
 
 
 # -- classifying frames -------------------------------------------------------------------------
-_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/|^<frozen |^<string>$|/inhost/site/|"
+_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/|^<frozen |^<string>$|/inhost/(smddp/)?site/|"
                       r"/sm-emulator/inhost/|/_sm_emulator_[^/]*\.py$|/sagemaker_training/")
 
 

@@ -46,6 +46,7 @@ from _sm_emulator_protocol import (
     COLLECTIVES_PREFIX,
     ENV_COLLECTIVES,
     ENV_DIAG_DIR,
+    INHOST_SMDDP_SITE,
 )
 
 #: The ``torch.distributed`` functions recorded (those a torch version lacks are skipped).
@@ -228,7 +229,9 @@ def _encoded(signature: str) -> tuple[bytes, int]:
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_PASS_THROUGH = (os.sep + os.path.join("torch", "distributed") + os.sep, _HERE + os.sep)
+#: torch.distributed, this folder and the smddp stand-in's (its wrappers are not the user's frames).
+_PASS_THROUGH = (os.sep + os.path.join("torch", "distributed") + os.sep, _HERE + os.sep,
+                 os.path.join(os.path.dirname(_HERE), *INHOST_SMDDP_SITE.split("/")) + os.sep)
 
 
 def _passes_through(code: Any) -> bool:

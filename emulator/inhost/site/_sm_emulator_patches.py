@@ -96,7 +96,8 @@ GROUPS = {g.name: g for g in (
     Group("cuda-rng", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "CUDA seeds and RNG states use the CPU generator (setting them does nothing)"),
     Group("cuda-memory", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          "memory and utilisation queries of the emulated GPUs return 0 (or empty)"),
+          "allocation and utilisation queries of the emulated GPUs return 0 (or empty); mem_get_info "
+          "reports the instance type's GPU memory, all free"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
@@ -116,8 +117,9 @@ GROUPS = {g.name: g for g in (
           "each DistributedSampler is recorded for the topology diagnostics"),
     Group("smddp-limits", "smdistributed.dataparallel.torch._emulated_backend",
           "import smdistributed.dataparallel.torch.torch_smddp",
-          "SMDDP's documented limits: only ReduceOp.SUM, only the documented collectives, no "
-          "sub-groups, no mixing with other backends", critical=True),
+          "SMDDP's documented and observed limits (all_reduce AVG, barrier(device_ids), sub-groups and "
+          "other backends in DDP jobs); inferred ones (other ops, non-SMDDP collectives) are logged, "
+          "or refused with smddp_strict", critical=True),
     Group("lightning-ddp", "_sm_emulator_lightning", "EMULATOR_GPU_COUNT > 0",
           "Lightning's DDP picks no CUDA device ids (the model lives on the CPU; with ids it would "
           "wrap DDP in a torch.cuda.Stream)"),
@@ -294,6 +296,13 @@ REGISTRY: tuple[Patch, ...] = tuple([
     }, kind="wrap", needs=("backend",), aliases=("torch.distributed",)),
     Patch("smddp-limits", _C10D, "barrier", "(group=None, async_op=False, device_ids=None, timeout=None)", _TORCH,
           "wrap", needs=("group", "device_ids"), aliases=("torch.distributed",)),
+    Patch("smddp-limits", "torch.nn.parallel", "DistributedDataParallel.__init__",
+          "(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=None, init_sync=True, "
+          "process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False, "
+          "gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None, "
+          "param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None, "
+          "skip_all_reduce_unused_params=False, bucket_cap_mb_list=None, batched_grad_copy=False, "
+          "forward_sync_buffers=None)", _TORCH, "wrap", needs=("process_group",)),
     Patch("smddp-limits", _C10D, "init_process_group",
           "(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, group_name='', "
           "pg_options=None, device_id=None, _ranks=None)", _TORCH, "wrap", needs=("backend",),
