@@ -91,9 +91,12 @@ def test_max_runtime_reports_where_each_rank_was(max_runtime_job: tuple[JobResul
     (missing,) = [d for d in result.diagnostics if d.kind == "collective-missing"]
     assert missing.message.startswith("rank 3 (algo-2) never reached collective #2 of the default group (all_reduce, "
                                       "issued by ranks 0-2 at hang_reader.py:")
+    _check_timeline_of_the_stopped_job(result, console)  # one 2-minute job for both (the same stop)
 
 
 @pytest.mark.docker
+
+
 def test_docker_backend_reports_where_each_rank_was(tmp_path: Path, docker_ready: None) -> None:
     result, _ = run_until_warm(tmp_path, "hang-docker", backend="docker", entry_point="hang_reader.py",
                                      distribution=TORCH_DIST)
@@ -121,8 +124,7 @@ def test_a_job_that_is_not_stopped_captures_nothing(tmp_path: Path) -> None:
     assert "Stacks" not in result.description["Emulator"] and not (result.job_dir / "stacks").exists()
 
 
-def test_timeline_of_the_stopped_job(max_runtime_job: tuple[JobResult, str]) -> None:
-    result, console = max_runtime_job
+def _check_timeline_of_the_stopped_job(result: JobResult, console: str) -> None:
     data = json.loads((result.job_dir / "timeline.json").read_text())
     kinds: dict[str, list[dict[str, Any]]] = {}
     for event in data["Events"]:
