@@ -73,7 +73,11 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--short-toolkit-sleeps", action="store_true",
                    help="cap the toolkit's fixed 30-s MPI sleeps at 1 s (a deviation; never for --real comparisons)")
     p.add_argument("--fast-start", action="store_true",
-                   help="fork torchrun and its ranks from a pre-imported interpreter per host (see README)")
+                   help="start the toolkit, torchrun and the ranks that pass its checks from shared pre-imported "
+                        "interpreters (process backend; a recorded deviation, see README)")
+    p.add_argument("--profile", default="exact", metavar="exact|ci",
+                   help="exact (default): every host as on SageMaker; ci: every speed-up that changes nothing a "
+                        "script can observe except time (see README, Performance)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
@@ -113,7 +117,8 @@ def _request(args: argparse.Namespace) -> Any:
         short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env,
         host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
         smddp_strict=args.smddp_strict,
-        framework_version=args.framework_version, py_version=args.py_version)
+        framework_version=args.framework_version, py_version=args.py_version,
+        profile=args.profile)
 
 
 def parser() -> argparse.ArgumentParser:

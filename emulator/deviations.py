@@ -1,8 +1,9 @@
 """What a job does differently from SageMaker because of how it was asked to run.
 
 Each entry is a sentence for ``job.json``'s ``Emulator.Deviations`` (and the console). Only
-deviations a request or an option chose are listed here; the emulator's fixed differences are in
-the README's "What is and is not emulated".
+deviations a request or an option chose are listed here — the speed-ups of its profile
+(:mod:`emulator.profiles`) and its own switches; the emulator's fixed differences are in the
+README's "What is and is not emulated".
 """
 
 from __future__ import annotations
@@ -10,18 +11,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .profiles import speedups
 from .request import JobRequest
 
+#: One sentence per speed-up (``Emulator.Deviations``).
+SHORT_SLEEPS = ("toolkit MPI sleeps capped at 1 s (the MPI-family runners' fixed 30-s waits after "
+                "mpirun; only time changes)")
+FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter (what torch and the job read at "
+              "import time comes from the host's environment, not the rank's; PIDs and parent processes differ)")
+NO_TIMELINE_PNG = "timeline.png not drawn (timeline.json is; python -m emulator timeline JOB_DIR draws it)"
+#: Backends that run fast start (the docker backend starts every process normally).
+FAST_START_BACKENDS = frozenset({"process"})
 
-def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None) -> list[str]:
-    """The deviations ``request`` asks for (one sentence each); with ``framework`` (``job.json``
-    ``Emulator.Framework``, see :func:`emulator.frameworks.record`), those of the torch, Python
-    and toolkits its ``framework_version`` ran with."""
+
+def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
+                backend: str = "process") -> list[str]:
+    """The deviations ``request`` asks for on ``backend`` (one sentence each); with ``framework``
+    (``job.json`` ``Emulator.Framework``, see :func:`emulator.frameworks.record`), those of the
+    torch, Python and toolkits its ``framework_version`` ran with."""
+    used = speedups(request)
     out = []
-    if request.short_toolkit_sleeps:
-        out.append("toolkit MPI sleeps capped at 1 s")
-    if request.fast_start:
-        out.append("fast rank start (forked ranks)")
+    if used.short_toolkit_sleeps:
+        out.append(SHORT_SLEEPS)
+    if used.fast_start and backend in FAST_START_BACKENDS:
+        out.append(FAST_START)
+    if not used.timeline_png:
+        out.append(NO_TIMELINE_PNG)
     if request.gpus_per_host is not None:
         for group in request.instance_groups:
             itype = group.type

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from . import distribution as dist
-from . import frameworks
+from . import frameworks, profiles
 from .errors import RequestError
 from .frameworks import Selection
 from .inhost import protocol as P
@@ -110,8 +110,11 @@ class JobRequest:
     heterogeneous: bool = False
     #: Opt-in deviation: cap the toolkit's fixed 30-s MPI-family sleeps at 1 s.
     short_toolkit_sleeps: bool = False
-    #: Opt-in: fork torchrun and its ranks from one pre-imported interpreter per host.
+    #: Opt-in: start the toolkit, torchrun and the ranks that pass its checks from shared
+    #: pre-imported interpreters (process backend; see :mod:`emulator.faststart`).
     fast_start: bool = False
+    #: ``exact`` or ``ci`` (:mod:`emulator.profiles`): which speed-ups run on top of the switches above.
+    profile: str = "exact"
     #: ``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments`` (SDK v3 sends them):
     #: the container command is ``entrypoint + arguments``; None runs the image's ``train``.
     container_entrypoint: tuple[str, ...] | None = None
@@ -262,6 +265,7 @@ def create(
     smddp_strict: bool = False,
     framework_version: str | None = None,
     py_version: str | None = None,
+    profile: str = "exact",
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -335,6 +339,7 @@ def create(
         smddp_strict=smddp_strict,
         framework_version=framework_version,
         py_version=py_version,
+        profile=profile,
     )
     validate(request)
     return request
@@ -538,6 +543,7 @@ def validate(request: JobRequest) -> None:
                            allowed="a GPU instance type (ml.g*, ml.p*), or leave smddp_strict off")
     if len(request.environment) > 100:
         raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
+    profiles.get(request.profile)
     if not re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", request.region):
         raise RequestError("region", f"{request.region!r} is not an AWS region name", allowed="e.g. us-west-2")
     for value, field_name in ((request.framework_version, frameworks.FIELD_VERSION),

@@ -41,6 +41,7 @@ from .console import LogTailer, paint, table, tail
 from .errors import EmulatorError
 from .inhost import protocol as P
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
+from .profiles import speedups
 from .request import JobRequest
 from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, iso, write_description
 
@@ -194,7 +195,8 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     from .timeline import Timeline
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(), QuirkObserver(request.hyperparameters),
-            StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request), Timeline(request.job_name)]
+            StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request),
+            Timeline(request.job_name, png=speedups(request).timeline_png)]
 
 
 class _JobRun:
@@ -432,7 +434,7 @@ class _JobRun:
             "SpotInterruptions": spot,
             "Faults": [],
             "Warnings": [*self.prepare_warnings, *merged.warnings],
-            "Deviations": deviations.for_request(request, self.framework),
+            "Deviations": deviations.for_request(request, self.framework, self.be.name),
             "Framework": self.framework,
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,

@@ -19,7 +19,8 @@ Sources and their clocks (all this machine's wall clock, ``time.time()``):
 
 ``timeline.json`` holds everything the picture shows; ``python -m emulator timeline JOB_DIR``
 draws the PNG again from it. matplotlib is optional (``pip install 'sagemaker-cluster-emulator[plot]'``):
-without it only the JSON is written, and the job's console says so.
+without it only the JSON is written, and the job's console says so. The ``ci`` profile writes only
+the JSON (importing matplotlib and drawing cost about a second of the emulator's CPU per job).
 """
 
 from __future__ import annotations
@@ -195,10 +196,12 @@ def redraw(job_dir: Path) -> Path:
 
 
 class Timeline(Observer):
-    """Collects the timeline's log-line events while the job runs; writes JSON and PNG at the end."""
+    """Collects the timeline's log-line events while the job runs; writes the JSON and (``png``,
+    the default; the ``ci`` profile leaves it to ``python -m emulator timeline``) the PNG at the end."""
 
-    def __init__(self, job_name: str) -> None:
+    def __init__(self, job_name: str, *, png: bool = True) -> None:
         self.job_name = job_name
+        self.png = png
         self.lines: list[dict[str, Any]] = []
         self._seen: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -226,6 +229,9 @@ class Timeline(Observer):
         (finish.job_dir / JSON_NAME).write_text(json.dumps(data, indent=1) + "\n")
         files = {"Json": str(finish.job_dir / JSON_NAME)}
         console = []
+        if not self.png:
+            console.append(f"timeline: {files['Json']} (draw it: python -m emulator timeline {finish.job_dir})")
+            return Report(emulator={"Timeline": files}, console=console)
         try:
             files["Png"] = str(draw(data, finish.job_dir / PNG_NAME))
             console.append(f"timeline: {files['Png']}")

@@ -213,13 +213,13 @@ def _launch(cmd: list[str], env: dict[str, str], log: Path, *, echo: bool, timeo
 
 
 def run_one(scenario: Scenario, *, work: Path, backend: str = "process", echo: bool = False,
-            timeout: float = TIMEOUT) -> Outcome:
+            timeout: float = TIMEOUT, profile: str = "ci") -> Outcome:
     """Run ``scenario``'s launcher through ``python -m emulator launch`` in ``work`` and judge it."""
     work.mkdir(parents=True, exist_ok=True)
     s3 = work / "s3"
     env = {k: v for k, v in os.environ.items() if k not in AWS_CREDENTIALS}
     env.update(SAGEMAKER_EMULATOR_S3_DIR=str(s3), SAGEMAKER_EMULATOR_BACKEND=scenario.backend or backend,
-               SAGEMAKER_SUPPRESS_V2_WARNING="1")
+               SAGEMAKER_SUPPRESS_V2_WARNING="1", SAGEMAKER_EMULATOR_PROFILE=profile)
     env.pop("SAGEMAKER_EMULATOR_GPUS_PER_HOST", None)
     if scenario.gpus_per_host is not None:
         env["SAGEMAKER_EMULATOR_GPUS_PER_HOST"] = str(scenario.gpus_per_host)
@@ -268,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, help="keep each scenario's S3 folder and jobs here "
                         "(default: a temp dir)")
     parser.add_argument("--echo", action="store_true", help="stream the launchers' output to the console")
+    parser.add_argument("--profile", choices=["ci", "exact"], default="ci",
+                        help="the emulator profile of every job (default ci: emulator/profiles.py)")
     args = parser.parse_args(argv)
 
     everything = [*SCENARIOS, *framework_scenarios()]
@@ -281,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"running {scenario.name} ...", file=sys.stderr, flush=True)
             start = time.monotonic()
             work = root / re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name)
-            outcome = run_one(scenario, work=work, backend=args.backend, echo=args.echo)
+            outcome = run_one(scenario, work=work, backend=args.backend, echo=args.echo, profile=args.profile)
             print(f"  {outcome.status} in {time.monotonic() - start:.1f}s", file=sys.stderr, flush=True)
             outcomes.append(outcome)
     finally:

@@ -20,11 +20,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import profiles
 from ..backends import get_backend
 from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
@@ -84,11 +85,14 @@ class EmulatorSageMakerClient:
 
     def __init__(self, store: S3Store, *, region: str, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
-                 stop_grace: float = P.STOP_GRACE, framework_version: str | None = None) -> None:
+                 stop_grace: float = P.STOP_GRACE, framework_version: str | None = None,
+                 profile: str = profiles.EXACT) -> None:
         """``framework_version``: overrides the framework every job's ``TrainingImage`` names
-        (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none."""
+        (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none.
+        ``profile``: every job's (:mod:`emulator.profiles`)."""
         from .launch import FRAMEWORK_VAR
 
+        self.profile = profiles.get(profile).name  # an unknown name is refused here, before any job
         self.store = store
         self.region = region
         self.backend = backend
@@ -139,7 +143,7 @@ class EmulatorSageMakerClient:
             for d in translated.temp_dirs:
                 shutil.rmtree(d, ignore_errors=True)
             raise client_error("ValidationException", str(exc), "CreateTrainingJob") from exc
-        request = translated.request
+        translated.request = request = replace(translated.request, profile=self.profile)
         job = EmulatedJob(translated=translated, job_dir=request.job_dir, created=time.time())
         self.jobs[name] = job
         index = self._index(name)

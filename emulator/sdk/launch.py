@@ -19,7 +19,8 @@ becomes the command's exit code; an uncaught exception prints its traceback and 
 Environment: ``SAGEMAKER_EMULATOR_S3_DIR`` (S3 folder), ``SAGEMAKER_EMULATOR_BACKEND``
 (``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer GPUs per host),
 ``SAGEMAKER_EMULATOR_FRAMEWORK_VERSION=current`` (today's torch instead of the DLC's the launcher's
-``framework_version``/``image_uri`` names).
+``framework_version``/``image_uri`` names),
+``SAGEMAKER_EMULATOR_PROFILE`` (``exact``, the default, or ``ci``: :mod:`emulator.profiles`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ FRAMEWORK_VAR = "SAGEMAKER_EMULATOR_FRAMEWORK_VERSION"
 
 
 def emulator_options() -> dict[str, Any]:
-    """Backend and GPUs per host for the launcher's jobs, from the environment."""
-    options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "process")}
+    """Backend, GPUs per host and profile for the launcher's jobs, from the environment (an unknown
+    profile name raises :class:`~emulator.errors.RequestError`)."""
+    from ..profiles import from_environment
+
+    options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "process"), "profile": from_environment()}
     gpus = os.environ.get(GPUS_VAR)
     if gpus:
         options["gpus_per_host"] = int(gpus)
@@ -147,6 +151,11 @@ def launch(script: str, args: Sequence[str]) -> int:
     if major is None:
         print("error: no SageMaker Python SDK is installed; install `sagemaker-cluster-emulator[sdk]` "
               "(SDK v2) or `[sdk3]` (SDK v3)", file=sys.stderr)
+        return 2
+    try:
+        emulator_options()
+    except RequestError as exc:  # e.g. an unknown SAGEMAKER_EMULATOR_PROFILE: refused before the script runs
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     redirect: AbstractContextManager[None]
     if major == 3:

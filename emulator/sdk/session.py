@@ -45,14 +45,15 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None,
+                 framework_version: str | None = None, profile: str = "exact",
                  **session_kwargs: Any) -> None:
         region = region or (boto_session.region_name if boto_session is not None else None) or P.DEFAULT_REGION
         self.s3_store: S3Store = (S3Store(Path(s3_root), region=region).open() if s3_root is not None
                                   else default_store(region))
         self.emulator_client = EmulatorSageMakerClient(self.s3_store, region=region, backend=backend,
                                                        gpus_per_host=gpus_per_host, keep_hosts=keep_hosts,
-                                                       stop_grace=stop_grace, framework_version=framework_version)
+                                                       stop_grace=stop_grace, framework_version=framework_version,
+                                                       profile=profile)
         super().__init__(boto_session=boto_session or boto3.session.Session(region_name=region),
                          sagemaker_client=self.emulator_client, default_bucket=default_bucket,
                          **session_kwargs)

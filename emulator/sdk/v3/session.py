@@ -72,7 +72,7 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = "process",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None,
+                 framework_version: str | None = None, profile: str = "exact",
                  echo: bool = False, warnings_to: TextIO | None = None, **session_kwargs: Any) -> None:
         """``echo``: print each host's log lines to stdout with an ``[algo-N]`` prefix while a job
         runs (``python -m emulator launch`` does; the SDK's own ``logs=True`` output goes through
@@ -84,7 +84,8 @@ class EmulatorSession(Session):
                                   else default_store(region))
         self.emulator_client = EmulatorSageMakerClient(self.s3_store, region=region, backend=backend,
                                                        gpus_per_host=gpus_per_host, keep_hosts=keep_hosts,
-                                                       stop_grace=stop_grace, framework_version=framework_version)
+                                                       stop_grace=stop_grace, framework_version=framework_version,
+                                                       profile=profile)
         self.emulator_client.on_start.append(self._feed_logs)
         self.emulator_client.on_finish.append(self._finished)
         self._feeds: dict[str, LogFeed] = {}

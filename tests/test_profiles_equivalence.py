@@ -1,0 +1,135 @@
+"""The ``ci`` profile changes nothing a script can observe but time: the same jobs in both profiles.
+
+For every distribution (plain, torch_distributed, pytorchddp, smdistributed, mpi), a Lightning
+DDP fit and a failing torch_distributed job, the same 2-host job runs in the ``exact`` and the
+``ci`` profile (process backend). Every rank writes what it sees of itself before its first
+third-party import (``tests/scripts/process_dump.py``: environment, ``argv``, ``/proc/self/cmdline``
+and ``environ``, ``sys.path``, stdio, signals, limits, capabilities, cwd, hostname, every file under
+``/opt/ml``, then torch's thread counts); the job's status, every host's exit code, the failure
+reason and the artifacts' members are compared too. Any difference not in :data:`LISTED` fails
+(the README's list of the ``ci`` profile's differences; ``test_comparison_finds_a_difference``
+proves the comparison can fail). The ``ci`` jobs must really have run with the profile's
+speed-ups, recorded in ``Emulator.Deviations``; the MPI-family ones' toolkits must have skipped
+the fixed 30-s sleep (``emulator/profiles.py``; the sleep itself: sagemaker-training 5.1.4,
+``mpi.py``, ``MasterRunner._wait_...`` / ``time.sleep(30)`` after ``mpirun`` exits).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emulator
+from emulator.result import JobResult
+
+SCRIPTS = Path(__file__).parent / "scripts"
+DISTRIBUTIONS: dict[str, Any] = {
+    "plain": None,
+    "torch_distributed": {"torch_distributed": {"enabled": True}},
+    "pytorchddp": {"pytorchddp": {"enabled": True}},
+    "smdistributed": {"smdistributed": {"dataparallel": {"enabled": True}}},
+    "mpi": {"mpi": {"enabled": True, "processes_per_host": 2}},
+}
+#: What may differ between the profiles, and why (the README's list).
+LISTED = {
+    "TORCHELASTIC_RUN_ID": "random per torchrun launch",
+    "TORCHELASTIC_ERROR_FILE": "a temp path chosen by torchrun",
+    "EMULATOR_SHORT_TOOLKIT_SLEEPS": "the emulator's own switch for the ci profile's short sleeps",
+}
+#: Keys of a dump that hold PIDs or a process's position among processes (listed: PIDs differ).
+PID_KEYS = ("fds",)
+_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]?\d*|\b\d{10}\.\d+\b")
+
+
+def dumps(result: JobResult, prefix: str = "dump-") -> dict[str, dict[str, Any]]:
+    return {name: json.loads(data) for name, data in result.model_files().items() if name.startswith(prefix)}
+
+
+def _env_problems(name: str, what: str, a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
+    return [f"{name}: {what} {key}: {a.get(key)!r} != {b.get(key)!r}"
+            for key in sorted(set(a) | set(b)) if key not in LISTED and a.get(key) != b.get(key)]
+
+
+def _environ_map(items: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
+def compare(exact: Mapping[str, Mapping[str, Any]], ci: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Unlisted differences between the dumps of the two profiles."""
+    if set(exact) != set(ci):
+        return [f"different dumps: {sorted(exact)} vs {sorted(ci)}"]
+    problems = []
+    for name in sorted(exact):
+        a, b = exact[name], ci[name]
+        for key in sorted(set(a) | set(b)):
+            if key in PID_KEYS:
+                continue
+            if key == "env":
+                problems += _env_problems(name, "env", a["env"], b["env"])
+            elif key == "proc_environ":
+                problems += _env_problems(name, "/proc/self/environ", _environ_map(a[key]), _environ_map(b[key]))
+            elif a.get(key) != b.get(key):
+                problems.append(f"{name}: {key}: {a.get(key)!r} != {b.get(key)!r}")
+    return problems
+
+
+def job_facts(result: JobResult) -> dict[str, Any]:
+    """The job-level facts a script's outcome shows: status, exit codes, failure reason, artifacts."""
+    reason = result.failure_reason
+    return {"status": result.status, "secondary": result.secondary_status,
+            "exits": {h.name: (h.exit_code, h.signal) for h in result.hosts},
+            "failure_reason": _TIME.sub("<time>", reason) if reason else None,
+            "model": sorted(result.model_files()), "output": sorted(result.output_files())}
+
+
+def run(profile: str, dist: Any, out: Path, name: str, *args: str) -> JobResult:
+    return emulator.run(entry_point="process_dump.py", source_dir=SCRIPTS, instance_count=2,
+                        instance_type="ml.p4d.24xlarge", gpus_per_host=2, distribution=dist,
+                        hyperparameters={"msg": "a b; c", **{a.lstrip("-"): "" for a in args}},
+                        output_path=out / profile, job_name=f"eq-{name}".replace("_", "-"),
+                        echo=False, stop_grace=2, profile=profile)
+
+
+CASES = [*((name, dist, ()) for name, dist in DISTRIBUTIONS.items()),
+         ("lightning", DISTRIBUTIONS["torch_distributed"], ("--lightning",)),
+         ("failing", DISTRIBUTIONS["torch_distributed"], ("--fail",))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "dist", "args"), CASES, ids=[c[0] for c in CASES])
+def test_ci_profile_changes_nothing_a_script_sees(name: str, dist: Any, args: tuple[str, ...],
+                                                  tmp_path: Path) -> None:
+    exact = run("exact", dist, tmp_path, name, *args)
+    ci = run("ci", dist, tmp_path, name, *args)
+    assert job_facts(ci) == job_facts(exact)
+    assert exact.status == ("Failed" if name == "failing" else "Completed"), exact.failure_reason
+    a, b = dumps(exact), dumps(ci)
+    assert len(a) == (2 if name == "plain" else 4), sorted(a)
+    assert compare(a, b) == []
+    assert dumps(exact, "lightning-") == dumps(ci, "lightning-")
+    deviations = ci.description["Emulator"]["Deviations"]
+    assert exact.description["Emulator"]["Deviations"] == [], exact.description["Emulator"]["Deviations"]
+    assert any("sleeps capped" in d for d in deviations) and any("timeline.png" in d for d in deviations), deviations
+    assert not any("fast" in d for d in deviations), deviations  # fast start is not part of ci
+    assert (exact.job_dir / "timeline.png").exists() and not (ci.job_dir / "timeline.png").exists()
+    if name in ("pytorchddp", "smdistributed", "mpi"):  # the MPI-family runners' sleep after mpirun
+        assert "toolkit sleeps capped" in ci.log("algo-1") and "toolkit sleeps capped" not in exact.log("algo-1")
+
+
+def test_comparison_finds_a_difference() -> None:
+    base = {"env": {"SM_CURRENT_HOST": "algo-1", "TORCHELASTIC_RUN_ID": "x"}, "argv": ["train.py"],
+            "proc_environ": ["SM_CURRENT_HOST=algo-1"], "fds": [0, 1, 2], "status": {"NoNewPrivs": "1"}}
+    same = {**base, "env": {**base["env"], "TORCHELASTIC_RUN_ID": "y"}, "fds": [0, 1, 2, 5]}
+    assert compare({"d": base}, {"d": same}) == []  # listed, or PIDs
+    assert compare({"d": base}, {"d": {**base, "argv": ["-u", "train.py"]}}) == [
+        "d: argv: ['train.py'] != ['-u', 'train.py']"]
+    assert compare({"d": base}, {"d": {**base, "proc_environ": ["SM_CURRENT_HOST=algo-2"]}}) == [
+        "d: /proc/self/environ SM_CURRENT_HOST: 'algo-1' != 'algo-2'"]
+    assert compare({"d": base}, {"d": {**base, "status": {"NoNewPrivs": "0"}}}) == [
+        "d: status: {'NoNewPrivs': '1'} != {'NoNewPrivs': '0'}"]
+    assert compare({"d": base}, {"e": base}) == ["different dumps: ['d'] vs ['e']"]
