@@ -35,9 +35,13 @@ def _install_sdk3(session: nox.Session, *extra: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (process backend, docker backend where an engine runs)."""
+    """Run the test suite (process backend, docker backend where an engine runs).
+
+    Default: 2 workers, modules that share one expensive fixture on one worker (``xdist_group``),
+    and the example-matrix scenarios ``nox -s emulate`` runs left out (``-m matrix`` runs them)."""
     _install(session)
-    session.run("python", "-m", "pytest", *(session.posargs or ["-n", "2", "-q", "-ra"]))
+    session.run("python", "-m", "pytest",
+                *(session.posargs or ["-n", "2", "--dist", "loadgroup", "-m", "not matrix", "-q", "-ra"]))
 
 
 @nox.session

@@ -21,6 +21,10 @@ from examples.run_matrix import HERE, SCENARIOS, Outcome, Scenario, render, run_
 from .conftest import require_mpi
 
 FAST = ("mnist_single", "torch_ddp[torch_distributed]")
+#: Run by the default suite besides FAST: one MPI-family Lightning job (smddp) and the job
+#: environment's Lightning 1.5. The rest of the matrix is marked ``matrix``: ``nox -s emulate``
+#: runs every scenario, ``nox -s tests -- -m matrix`` these tests of them.
+SUITE = (*FAST, "mnist_lightning[smddp]", "mnist_lightning15[ddp]")
 BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
 #: The Lightning each Lightning example's ranks must import: Lightning 1.5 from the example's
 #: requirements.txt (the job environment), else the one installed here (process backend).
@@ -28,8 +32,8 @@ LIGHTNING = {"mnist_lightning15": LIGHTNING15, "mnist_lightning": "installed", "
 
 
 def _params() -> list[object]:
-    return [pytest.param(name, id=name, marks=() if name in FAST else (pytest.mark.slow,))
-            for name in BY_NAME]
+    return [pytest.param(name, id=name, marks=(() if name in FAST else (pytest.mark.slow,))
+                         + (() if name in SUITE else (pytest.mark.matrix,))) for name in BY_NAME]
 
 
 @pytest.mark.parametrize("name", _params())

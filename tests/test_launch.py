@@ -64,7 +64,7 @@ print("STATUS", estimator.latest_training_job.describe()["TrainingJobStatus"])
 """
 
 
-def _launch(tmp_path: Path, distribution: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _launch(tmp_path: Path, distribution: str, **extra_env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text(TRAIN)
     (tmp_path / "data").mkdir()
@@ -73,7 +73,7 @@ def _launch(tmp_path: Path, distribution: str) -> tuple[subprocess.CompletedProc
     launcher.write_text(LAUNCHER.replace("DISTRIBUTION", distribution))
     s3 = tmp_path / "s3"
     env = {**os.environ, "SAGEMAKER_EMULATOR_S3_DIR": str(s3), "SAGEMAKER_EMULATOR_GPUS_PER_HOST": "1",
-           "SAGEMAKER_SUPPRESS_V2_WARNING": "1"}
+           "SAGEMAKER_SUPPRESS_V2_WARNING": "1", **extra_env}
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         env.pop(var, None)
     cmd = [sys.executable, "-m", "emulator", "launch", str(launcher), str(tmp_path)]
@@ -119,8 +119,11 @@ def test_torch_distributed_launcher_completes(tmp_path: Path) -> None:
 @pytest.mark.slow  # the toolkit's SMDataParallel runner: mpirun over ssh between the hosts
 def test_pytorchddp_launcher_completes(tmp_path: Path) -> None:
     require_mpi()
-    done, s3 = _launch(tmp_path, '{"pytorchddp": {"enabled": True}}')
+    # the ci profile (SAGEMAKER_EMULATOR_PROFILE): the toolkit's 30-s sleeps after mpirun capped
+    done, s3 = _launch(tmp_path, '{"pytorchddp": {"enabled": True}}', SAGEMAKER_EMULATOR_PROFILE="ci")
     _check(done, s3)
+    (job,) = s3.rglob("job.json")
+    assert any("sleeps capped" in d for d in json.loads(job.read_text())["Emulator"]["Deviations"])
 
 
 def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:

@@ -29,6 +29,9 @@ from emulator.supervisor import launch_plan
 
 from .conftest import require, require_mpi
 
+#: One worker runs this module's tests: its fixture's three exact-profile MPI jobs (with the
+#: toolkit's real 30-s sleeps) then run once (``--dist loadgroup``, the nox default).
+pytestmark = pytest.mark.xdist_group("mpi_launch")
 SCRIPTS = Path(__file__).parent / "scripts"
 MSG = "hello world; a=b \"q\""
 BASE = dict(entry_point="mpi_env_report.py", source_dir=SCRIPTS, instance_count=2,
