@@ -21,7 +21,8 @@ def status_fields():
         for line in f:
             key, _, value = line.partition(":")
             if key in ("Umask", "Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff",
-                       "CapBnd", "CapAmb", "SigBlk", "SigIgn", "SigCgt", "Cpus_allowed_list", "Speculation_Store_Bypass"):
+                       "CapBnd", "CapAmb", "SigBlk", "SigIgn", "SigCgt", "Cpus_allowed_list",
+                       "Speculation_Store_Bypass"):
                 out[key] = value.strip()
     return out
 
