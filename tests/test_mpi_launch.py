@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,8 @@ from emulator.supervisor import launch_plan
 
 from .conftest import require, require_mpi
 
-#: One worker runs this module's tests: its fixture's three exact-profile MPI jobs (with the
-#: toolkit's real 30-s sleeps) then run once (``--dist loadgroup``, the nox default).
+#: One worker runs this module's tests: its fixture's three MPI jobs then run once (``--dist
+#: loadgroup``, the nox default).
 pytestmark = pytest.mark.xdist_group("mpi_launch")
 SCRIPTS = Path(__file__).parent / "scripts"
 MSG = "hello world; a=b \"q\""
@@ -44,8 +43,6 @@ JOBS: dict[str, dict[str, Any]] = {
     "pytorchddp": dict(distribution={"pytorchddp": {"enabled": True}},
                        hyperparameters={"mode": "ddp", "msg": MSG}),
 }
-#: The toolkit's fixed sleeps (worker after orted exits; master after writing status files).
-TOOLKIT_SLEEP = 30.0
 
 
 needs_root_sshd = pytest.mark.skipif(
@@ -67,7 +64,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[JobResult,
     for name, extra in JOBS.items():
         t0 = time.monotonic()
         result = emulator.run(output_path=tmp_path_factory.mktemp(name), job_name=f"mpi-{name}",
-                              echo=False, stop_grace=2, **BASE, **extra)
+                              echo=False, stop_grace=2, profile="ci", **BASE, **extra)
         out[name] = (result, time.monotonic() - t0)
         print(f"\n{name}: {result.status} in {out[name][1]:.1f} s")
     return out
@@ -84,31 +81,19 @@ def ranks(result: JobResult) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _stamp(log: str, text: str) -> float:
-    """Time of the first toolkit log line containing ``text``."""
-    m = re.search(rf"^(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) .*{re.escape(text)}", log, re.M)
-    assert m, f"{text!r} not in the log"
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
-
 @needs_root_sshd
 @pytest.mark.parametrize("name", list(JOBS))
 def test_job_completes_through_the_real_toolkit(jobs: dict[str, tuple[JobResult, float]], name: str) -> None:
-    result, wall = jobs[name]
+    result, _ = jobs[name]
     assert result.status == "Completed", result.failure_reason
     assert [h.exit_code for h in result.hosts] == [0, 0]
     log1, log2 = result.log("algo-1"), result.log("algo-2")
     assert "Can connect to host algo-2" in log1  # paramiko key login to the worker's sshd
     assert "Orted process found" in log2  # orted, started by the worker's sshd, seen by psutil
     assert "MPI training job status file found" in log2  # `ssh algo-2 touch /tmp/done.algo-1`
-    # The toolkit's fixed sleeps are real: worker 30 s after orted exits, master 30 s after the
-    # status files; so every MPI-family job lasts at least ~30 s longer than its training.
-    worker = _stamp(log2, "Begin looking for status file") - _stamp(log2, "Orted process exited")
-    # (the first "Finished writing status file" line is the one right after `ssh ... touch`)
-    master = (_stamp(log1, "Finished writing status file from leader")
-              - _stamp(log1, "Finished writing status file"))
-    assert worker >= TOOLKIT_SLEEP - 0.5 and master >= TOOLKIT_SLEEP - 0.5
-    assert wall >= TOOLKIT_SLEEP
+    # The ci profile caps the toolkit's fixed 30-s sleeps; that they are real in the exact profile
+    # is checked in tests/test_profiles_equivalence.py (which runs all three in both profiles).
+    assert "toolkit sleeps capped" in log1 and "toolkit sleeps capped" in log2
 
 
 @needs_root_sshd
