@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from emulator import collectives
-from emulator.inhost import BIN, SITE
+from emulator.inhost import GPU_BIN, SITE
 
 ROOT = Path(__file__).resolve().parent
 WORKLOAD = ROOT / "workloads" / "lightning_fit.py"
@@ -51,7 +51,7 @@ def once(record: bool, steps: int, port: int) -> tuple[float, int]:
         diag.mkdir()
         env = {**os.environ, "PYTHONPATH": str(SITE), "EMULATOR_INHOST": "1", "EMULATOR_DIAG_DIR": str(diag),
                "EMULATOR_COLLECTIVES": "1" if record else "0", "BENCH_STEPS": str(steps),
-               "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+               "OMP_NUM_THREADS": "1", "PATH": f"{GPU_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         torchrun = Path(sys.executable).with_name("torchrun")
         out = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                               "--master_port", str(port), str(wrapper), str(WORKLOAD)],

@@ -90,9 +90,9 @@ def case(name: str, group: str, spec: dict[str, Any], reps: int, *, baseline: st
 
 
 def emu(script: str, hosts: int, *, distribution: dict[str, Any] | None = None, gpus: int | None = 2,
-        backend: str = "process", env: dict[str, str] | None = None) -> dict[str, Any]:
+        backend: str = "process", env: dict[str, str] | None = None, profile: str = "exact") -> dict[str, Any]:
     return {"kind": "emulator", "script": script, "hosts": hosts, "gpus": gpus, "distribution": distribution,
-            "backend": backend, "env": env or {}}
+            "backend": backend, "env": env or {}, "profile": profile}
 
 
 def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
@@ -105,6 +105,9 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
              "nproc": 4}, r2, ranks=4, hosts=1),
         case("allreduce: emulator torch_distributed", "allreduce", emu("allreduce.py", 2, distribution=TORCH_DIST),
              r2, baseline="allreduce: torchrun by hand (baseline)"),
+        case("allreduce: emulator torch_distributed, ci profile", "allreduce",
+             emu("allreduce.py", 2, distribution=TORCH_DIST, profile="ci"), r2,
+             baseline="allreduce: torchrun by hand (baseline)"),
         case("allreduce: emulator torch_distributed + fast start", "allreduce",
              emu("allreduce.py", 2, distribution=TORCH_DIST, backend="fast"), r2,
              baseline="allreduce: torchrun by hand (baseline)"),
@@ -115,12 +118,18 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
         cases.insert(2, case("allreduce: emulator pytorchddp (mpirun)", "allreduce",
                              emu("allreduce.py", 2, distribution=PYTORCHDDP), rddp,
                              baseline="allreduce: torchrun by hand (baseline)"))
+        cases.insert(3, case("allreduce: emulator pytorchddp (mpirun), ci profile", "allreduce",
+                             emu("allreduce.py", 2, distribution=PYTORCHDDP, profile="ci"), r2,
+                             baseline="allreduce: torchrun by hand (baseline)"))
         lit_env = {"EMULATOR_FAST_START_PRELOAD": "torch,torch.distributed,pytorch_lightning"}
         cases += [
             case("lightning: torchrun by hand (baseline)", "lightning", {"kind": "torchrun",
                  "script": "lightning_fit.py", "nproc": 4}, rl, ranks=4, hosts=1),
             case("lightning: emulator torch_distributed", "lightning",
                  emu("lightning_fit.py", 2, distribution=TORCH_DIST), rl,
+                 baseline="lightning: torchrun by hand (baseline)"),
+            case("lightning: emulator torch_distributed, ci profile", "lightning",
+                 emu("lightning_fit.py", 2, distribution=TORCH_DIST, profile="ci"), rl,
                  baseline="lightning: torchrun by hand (baseline)"),
             case("lightning: emulator pytorchddp (mpirun)", "lightning",
                  emu("lightning_fit.py", 2, distribution=PYTORCHDDP), rddp,

@@ -3,7 +3,8 @@
 Kinds of spec:
 
 * ``emulator``: ``emulator.run(...)`` on ``backend`` (``process``, ``docker``, or ``fast`` — the
-  process backend with ``fast_start=True``). ``RUSAGE_SELF`` around the call is the emulator
+  process backend with ``fast_start=True``), in ``profile`` (``exact``, the default, or ``ci``).
+  ``RUSAGE_SELF`` around the call is the emulator
   process's own CPU (supervisor thread, log tailer, agent reader, archives, ``job.json``);
   ``RUSAGE_CHILDREN`` is everything it started: the chain rank → torchrun → toolkit (host PID 1)
   → ``bwrap`` → namespace agent → ``unshare`` → this process is waited for link by link, so the
@@ -103,7 +104,8 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
         backend = "process"
     kwargs = dict(entry_point=spec["script"], source_dir=str(src), instance_count=spec["hosts"],
                   instance_type=spec.get("instance_type", "ml.p4d.24xlarge"),
-                  output_path=str(work / "out"), environment=dict(spec.get("env", {})), fast_start=fast)
+                  output_path=str(work / "out"), environment=dict(spec.get("env", {})), fast_start=fast,
+                  profile=spec.get("profile", "exact"))
     if spec.get("gpus") is not None:
         kwargs["gpus_per_host"] = spec["gpus"]
     if spec.get("distribution"):
