@@ -21,10 +21,12 @@ from examples.run_matrix import HERE, SCENARIOS, Outcome, Scenario, render, run_
 from .conftest import require_mpi
 
 FAST = ("mnist_single", "torch_ddp[torch_distributed]")
-#: Run by the default suite besides FAST: one MPI-family Lightning job (smddp) and the job
-#: environment's Lightning 1.5. The rest of the matrix is marked ``matrix``: ``nox -s emulate``
-#: runs every scenario, ``nox -s tests -- -m matrix`` these tests of them.
-SUITE = (*FAST, "mnist_lightning[smddp]", "mnist_lightning15[ddp]")
+#: Run by the default suite: FAST. The rest of the matrix is marked ``matrix``: ``nox -s emulate``
+#: runs every scenario, ``nox -s tests -- -m matrix`` these tests of them. What they cover is tested
+#: in the default suite on smaller jobs too: Lightning DDP and smddp fits (tests/inhost/test_lightning.py,
+#: tests/test_examples_negative.py), a requirements.txt job environment (tests/test_jobs.py), mpirun
+#: (tests/test_mpi_launch.py, tests/test_profiles_equivalence.py).
+SUITE = FAST
 BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
 #: The Lightning each Lightning example's ranks must import: Lightning 1.5 from the example's
 #: requirements.txt (the job environment), else the one installed here (process backend).

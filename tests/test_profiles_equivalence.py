@@ -96,7 +96,10 @@ def job_facts(result: JobResult) -> dict[str, Any]:
         # times whose lengths shift the 1024-character cut) differs between any two runs
         reason = "\n".join(reason.splitlines()[:3])
     return {"status": result.status, "secondary": result.secondary_status,
-            "exits": {h.name: (h.exit_code, h.signal) for h in result.hosts},
+            # a failed job: the first failing host's exit (the others are stopped when it fails, and
+            # whether one ends before the stop or is killed by it is a race in any two runs)
+            "exits": {h.name: (h.exit_code, h.signal) for h in result.hosts
+                      if result.status == "Completed" or h.name == result.first_failure},
             "failure_reason": reason,
             "model": sorted(result.model_files()), "output": sorted(result.output_files())}
 

@@ -66,7 +66,7 @@ def summary(result: JobResult) -> list[str]:
 @pytest.fixture(scope="module")
 def max_runtime_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, str]:
     stream = io.StringIO()
-    request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=150,
+    request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=100,
                      entry_point="hang_reader.py", distribution=TORCH_DIST, **BASE)
     return supervisor.run(request, stream=stream, stop_grace=2), stream.getvalue()
 
@@ -91,7 +91,7 @@ def test_max_runtime_reports_where_each_rank_was(max_runtime_job: tuple[JobResul
     (missing,) = [d for d in result.diagnostics if d.kind == "collective-missing"]
     assert missing.message.startswith("rank 3 (algo-2) never reached collective #2 of the default group (all_reduce, "
                                       "issued by ranks 0-2 at hang_reader.py:")
-    _check_timeline_of_the_stopped_job(result, console)  # one 2-minute job for both (the same stop)
+    _check_timeline_of_the_stopped_job(result, console)  # one 100-s job for both (the same stop)
 
 
 @pytest.mark.docker
