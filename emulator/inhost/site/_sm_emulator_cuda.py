@@ -103,11 +103,17 @@ def _not_emulated_function(call: str) -> Callable[..., Any]:
     return raiser
 
 
-def _not_emulated_class(call: str) -> type:
+def _not_emulated_class(call: str, original: Any = None) -> type:
+    """A class whose construction raises ``not emulated``. It keeps the original's abstract bases
+    from ``torch._streambase`` (torch 2.1 to 2.3: ``torch._dynamo`` asserts at import that
+    ``torch.cuda.Event``/``Stream`` derive from ``_EventBase``/``_StreamBase``)."""
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise not_emulated(call)
 
-    return type(call.rsplit(".", 1)[-1], (), {"__init__": __init__, "__doc__": f"{call}: not emulated"})
+    bases = tuple(b for b in getattr(original, "__mro__", ())[1:] if b.__module__ == "torch._streambase")
+    cls = type(call.rsplit(".", 1)[-1], bases, {"__init__": __init__, "__doc__": f"{call}: not emulated"})
+    cls.__abstractmethods__ = frozenset()  # type: ignore[attr-defined]  # constructing it raises not_emulated
+    return cls
 
 
 class _NotEmulatedModule(types.ModuleType):
@@ -312,7 +318,8 @@ def _patch_torch_cuda(torch: Any) -> None:
         },
         "cuda-no-ops": {e.attribute: ignore(e.attribute) for e in patches.entries("cuda-no-ops")},
         "cuda-not-emulated": {
-            **{name: _not_emulated_class(f"torch.cuda.{name}") for name in _NOT_EMULATED_CLASSES},
+            **{name: _not_emulated_class(f"torch.cuda.{name}", getattr(cuda, name, None))
+               for name in _NOT_EMULATED_CLASSES},
             **{name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS},
             **{name: _NotEmulatedModule(f"torch.cuda.{name}") for name in _NOT_EMULATED_MODULES},
         },
