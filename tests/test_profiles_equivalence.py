@@ -3,7 +3,7 @@
 For every distribution (plain, torch_distributed, pytorchddp, smdistributed, mpi), a Lightning
 DDP fit and a failing torch_distributed job, the same 2-host job runs in the ``exact`` and the
 ``ci`` profile (process backend). Every rank writes what it sees of itself before its first
-third-party import (``tests/scripts/profiles/process_dump.py``: environment, ``argv``, ``/proc/self/cmdline``
+third-party import (``tests/profile_scripts/process_dump.py``: environment, ``argv``, ``/proc/self/cmdline``
 and ``environ``, ``sys.path``, stdio, signals, limits, capabilities, cwd, hostname, every file under
 ``/opt/ml``, then torch's thread counts); the job's status, every host's exit code, the failure
 reason and the artifacts' members are compared too. Any difference not in :data:`LISTED` fails
@@ -30,9 +30,9 @@ from emulator.result import JobResult
 
 from .conftest import require_mpi
 
-#: Its own source dir: the Lightning import of process_dump.py would make the preflight ask every
-#: other job of tests/scripts for Lightning.
-SCRIPTS = Path(__file__).parent / "scripts" / "profiles"
+#: Its own source dir, outside tests/scripts: the preflight reads a source dir's files, sub-folders too,
+#: and process_dump.py's Lightning import would make it ask every tests/scripts job for Lightning.
+SCRIPTS = Path(__file__).parent / "profile_scripts"
 DISTRIBUTIONS: dict[str, Any] = {
     "plain": None,
     "torch_distributed": {"torch_distributed": {"enabled": True}},
