@@ -46,6 +46,23 @@ def _user_site_paths() -> list[str]:
     return paths
 
 
+#: Imported at start-up by every interpreter of a job environment (a ``.pth`` line): a ``pip
+#: install`` waits for the others. The hosts of one job share its environment, and each host's
+#: toolkit runs ``pip install -r requirements.txt`` at the same time; a local-folder requirement
+#: (``./pkg``) is rebuilt and reinstalled every time, and two concurrent reinstalls of it fail with
+#: an ``OSError``. On SageMaker each host has its own container. Held until the process exits; pip's
+#: own child interpreters (build isolation) inherit the marker and do not wait for their parent.
+_PIP_LOCK_MODULE = """\
+import os, sys
+_ARGV = getattr(sys, "orig_argv", [])  # python -m pip install ... / bin/pip install ...
+if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
+        and any(a == "pip" or a.endswith(("/pip", "/pip3")) for a in _ARGV[1:4])):
+    import fcntl
+    _LOCK = open(os.path.join(sys.prefix, ".sagemaker-emulator-pip.lock"), "a")
+    fcntl.flock(_LOCK, fcntl.LOCK_EX)
+    os.environ["_SM_EMULATOR_PIP_LOCKED"] = "1"
+"""
+
 def _create(venv: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -53,6 +70,8 @@ def _create(venv: Path) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "_sagemaker_emulator_user_site.pth").write_text("\n".join(_user_site_paths()) + "\n")
+    Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
+    Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
     # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
     # sm_train.sh needs `command -v pip`; its drivers run `torchrun` from PATH, whose ranks must
     # see what the requirements installed).
@@ -65,7 +84,7 @@ def _create(venv: Path) -> Path:
 
 
 #: Changes when what a job environment holds changes (so older cached ones are not reused).
-LAYOUT = b"2"
+LAYOUT = b"3"
 
 
 def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
