@@ -154,9 +154,10 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
         env.update({k: v for k, v in caller_env.items() if k in CREDENTIAL_NAMES})
     env.update({"TRAINING_JOB_NAME": request.job_name, "TRAINING_JOB_ARN": request.arn,
                 "AWS_REGION": request.region})
-    if speedups(request).short_toolkit_sleeps:
+    used = speedups(request)
+    if used.short_toolkit_sleeps:
         env[P.ENV_SHORT_TOOLKIT_SLEEPS] = "1"
-    if speedups(request).fast_start:
+    if used.fast_start:
         env[P.ENV_FAST_START] = "1"
     if request.smddp_strict:
         env[P.ENV_SMDDP_STRICT] = "1"

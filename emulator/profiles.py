@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .errors import RequestError
@@ -71,20 +71,11 @@ def get(name: object, *, field: str = "profile") -> Profile:
                        allowed=", ".join(f"{p.name} ({p.summary})" for p in PROFILES.values()))
 
 
-@dataclass(frozen=True)
-class Speedups:
-    """What one job runs with: its profile's speed-ups plus the ones it asked for itself."""
-
-    short_toolkit_sleeps: bool
-    fast_start: bool
-    timeline_png: bool
-
-
-def speedups(request: JobRequest) -> Speedups:
-    """The speed-ups ``request`` runs with (profile, then per-job switches)."""
+def speedups(request: JobRequest) -> Profile:
+    """What ``request`` runs with: its profile, plus the speed-ups it asked for itself."""
     profile = get(request.profile)
-    return Speedups(short_toolkit_sleeps=profile.short_toolkit_sleeps or request.short_toolkit_sleeps,
-                    fast_start=profile.fast_start or request.fast_start, timeline_png=profile.timeline_png)
+    return replace(profile, short_toolkit_sleeps=profile.short_toolkit_sleeps or request.short_toolkit_sleeps,
+                   fast_start=profile.fast_start or request.fast_start)
 
 
 def from_environment(default: str = EXACT, env: Mapping[str, str] | None = None) -> str:
@@ -93,4 +84,4 @@ def from_environment(default: str = EXACT, env: Mapping[str, str] | None = None)
     return get(value, field=PROFILE_VAR).name
 
 
-__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "Speedups", "from_environment", "get", "speedups"]
+__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "from_environment", "get", "speedups"]

@@ -138,6 +138,7 @@ CASES = [
     Case("output-path-s3", "OutputDataConfig.S3OutputPath", {"output_path": "s3://bucket/out"}),
     Case("negative-max-run", "StoppingCondition.MaxRuntimeInSeconds", {"max_run": -5}),
     Case("zero-max-run", "StoppingCondition.MaxRuntimeInSeconds", {"max_run": 0}),
+    Case("unknown-profile", "profile", {"profile": "fast"}, says="exact"),
     Case("max-run-over-28-days", "StoppingCondition.MaxRuntimeInSeconds", {"max_run": 28 * 86400 + 1}),
     Case("max-run-as-string", "StoppingCondition.MaxRuntimeInSeconds", {"max_run": "60"}),
     Case("env-name-starts-with-digit", "Environment.1BAD", {"environment": {"1BAD": "x"}}),
@@ -216,6 +217,7 @@ CLI_CASES = [
     ("job-name-with-dot", ["--job-name", "v1.2"], "TrainingJobName"),
     ("negative-max-run", ["--max-run", "-1"], "StoppingCondition.MaxRuntimeInSeconds"),
     ("hosts-not-a-number", ["--hosts", "two"], "--hosts"),
+    ("unknown-profile", ["--profile", "fast"], "profile"),
 ]
 
 

