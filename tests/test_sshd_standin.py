@@ -105,6 +105,13 @@ print(json.dumps(out))
 '''
 
 
+def _keep_under_tmp() -> list[str]:
+    """Binds that keep this interpreter and checkout visible under the sandbox's empty /tmp (a clone
+    under /tmp, e.g. /tmp/fresh-check, has its .nox venv there)."""
+    keep = {os.path.realpath(sys.prefix), str(Path(__file__).resolve().parents[1])}
+    return [arg for path in sorted(keep) if path.startswith("/tmp/") for arg in ("--bind", path, path)]
+
+
 def _sandbox(tmp_path: Path, *, standin: bool) -> dict[str, Any]:
     """Run :data:`DRIVER` in a host-like sandbox with OpenSSH's sshd or the stand-in."""
     scratch = tmp_path / ("standin" if standin else "openssh")
@@ -115,7 +122,7 @@ def _sandbox(tmp_path: Path, *, standin: bool) -> dict[str, Any]:
     assert args, "no ssh mounts for this sandbox"
     user_ns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     argv = ["unshare", *user_ns, "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-pid",
-            "--die-with-parent", "--tmpfs", "/tmp", "--dir", "/tmp/wrong/.ssh",
+            "--die-with-parent", "--tmpfs", "/tmp", *_keep_under_tmp(), "--dir", "/tmp/wrong/.ssh",
             "--bind", str(environment), "/etc/environment", *args, "--", sys.executable, "-c", DRIVER]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "PYTEST_"))}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)

@@ -189,8 +189,9 @@ def test_only_registered_processes_get_the_signal(tmp_path: Path) -> None:
 def test_a_forked_child_dumps_into_its_own_file(tmp_path: Path) -> None:
     diag = tmp_path / "diag"
     diag.mkdir()
-    code = ("import os, time\npid = os.fork()\nif pid == 0:\n    def child_waits():\n        time.sleep(60)\n"
-            "    os.write(1, b'UP\\n'); child_waits()\nelse:\n    time.sleep(60)\n")
+    # UP is written from inside child_waits, so the child is in that frame when the capture comes
+    code = ("import os, time\npid = os.fork()\nif pid == 0:\n    def child_waits():\n"
+            "        os.write(1, b'UP\\n'); time.sleep(60)\n    child_waits()\nelse:\n    time.sleep(60)\n")
     proc = subprocess.Popen([str(PYTHON), "-c", code], env=inhost_env(0, EMULATOR_DIAG_DIR=str(diag)),
                             stdout=subprocess.PIPE, start_new_session=True)
     try:
