@@ -17,6 +17,8 @@ from .request import JobRequest
 #: One sentence per speed-up (``Emulator.Deviations``).
 SHORT_SLEEPS = ("toolkit MPI sleeps capped at 1 s (the MPI-family runners' fixed 30-s waits after "
                 "mpirun; only time changes)")
+NO_TOOLKIT_TORCH_IMPORT = ("toolkit without import torch: SM_DLC_TORCH_VERSION read from torch/version.py "
+                           "(the same string; only time changes)")
 FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter (what torch and the job read at "
               "import time comes from the host's environment, not the rank's; PIDs and parent processes differ)")
 NO_TIMELINE_PNG = "timeline.png not drawn (timeline.json is; python -m emulator timeline JOB_DIR draws it)"
@@ -33,6 +35,8 @@ def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
     out = []
     if used.short_toolkit_sleeps:
         out.append(SHORT_SLEEPS)
+    if used.toolkit_skips_torch_import:
+        out.append(NO_TOOLKIT_TORCH_IMPORT)
     if used.fast_start and backend in FAST_START_BACKENDS:
         out.append(FAST_START)
     if not used.timeline_png:

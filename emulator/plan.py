@@ -157,6 +157,8 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
     used = speedups(request)
     if used.short_toolkit_sleeps:
         env[P.ENV_SHORT_TOOLKIT_SLEEPS] = "1"
+    if used.toolkit_skips_torch_import:
+        env[P.ENV_TOOLKIT_SKIPS_TORCH_IMPORT] = "1"
     if used.fast_start:
         env[P.ENV_FAST_START] = "1"
     if request.smddp_strict:

@@ -34,7 +34,7 @@ def test_plan_quick_and_full() -> None:
     quick = run.plan_cases(True, None)
     full = run.plan_cases(False, None)
     assert {c["group"] for c in quick} >= {"allreduce", "toolkit", "scale"}
-    assert max(c["ranks"] for c in full if c["group"] == "scale") == 32
+    assert max(c["ranks"] for c in full if c["group"] == "scale") == 64
     assert all(c["baseline"] is None or c["baseline"] in {x["name"] for x in full} for c in full)
     assert any("pytorchddp" in c["name"] for c in full) and not any("pytorchddp" in c["name"] for c in quick)
 
@@ -42,7 +42,7 @@ def test_plan_quick_and_full() -> None:
 def _fake_results() -> dict:
     cases = run.plan_cases(True, 1)
     for i, c in enumerate(cases):
-        rep = {"ok": True, "status": "Completed", "wall_s": 10.0 + i, "first_line_s": 2.0, "emulator_cpu_s": 0.2,
+        rep = {"ok": True, "status": "Completed", "wall_s": 10.0 - 0.1 * i, "first_line_s": 2.0, "emulator_cpu_s": 0.2,
                "hosts_cpu_s": 5.0, "sampled_cpu_s": 4.9, "peak_rss_mb": 900.0, "peak_private_mb": 500.0,
                "rank_peak_rss_mb": 300.0, "tail_s": 1.0}
         c["reps"] = [rep]
@@ -89,7 +89,12 @@ def test_a_failed_case_or_a_missed_target_fails_the_run() -> None:
     assert run.failures(results) == []
     results["cases"][1]["median"]["emulator_cpu_s"] = 0.7
     results["targets"] = run.targets(results["cases"])
-    assert run.failures(results) == ["target \"emulator's own CPU < 0.5 s per job\" missed (max 0.700 s over cases)"]
+    assert run.failures(results) == ["target \"emulator's own CPU <= 0.5 s per job\" missed (max 0.700 s over cases)"]
+    results["cases"][1]["median"]["emulator_cpu_s"] = 0.2
+    slow = next(c for c in results["cases"] if c["name"] == "allreduce: emulator torch_distributed, ci profile")
+    slow["ratio_wall"] = 1.01
+    results["targets"] = run.targets(results["cases"])
+    assert run.failures(results) == ["target 'ci 2x2 torch_distributed <= 1x hand torchrun' missed (1.01 ×)"]
     results["targets"] = {}
     results["docker"] = {"status": "ok", "image_build_cached_s": 1.0,
                          "trivial 1 host": {"ok": False, "status": "Failed", "error": "no"}}

@@ -33,7 +33,8 @@ from emulator.inhost.site import _sm_emulator_hooks as hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The pinned distributions this environment must have, so the check below cannot pass vacuously.
-PINNED_HERE = ("torch 2.13.0", "sagemaker-training 5.1.4", "pytorch-lightning 2.6")
+PINNED_HERE = ("torch 2.13.0", "sagemaker-training 5.1.4", "sagemaker-pytorch-training 3.0.0",
+               "pytorch-lightning 2.6")
 
 
 def test_every_entry_matches_the_installed_pinned_packages() -> None:
@@ -65,6 +66,7 @@ def test_lightning15_entries_match_in_its_job_environment(tmp_path: Path) -> Non
 def test_hooks_watch_the_registered_modules() -> None:
     assert set(hooks.LIGHTNING_DDP_MODULES) == {p.module for p in registry.entries("lightning-ddp")}
     assert set(hooks.TOOLKIT_SLEEP_MODULES) == {p.module for p in registry.entries("short-sleeps")}
+    assert {hooks.TOOLKIT_TRAINING_MODULE} == {p.module for p in registry.entries("toolkit-torch-version")}
 
 
 def test_readme_table_is_the_registry() -> None:
@@ -81,7 +83,7 @@ import importlib, json, sys
 owners = json.loads(sys.argv[1])
 import torch, torch.distributed, torch.utils.data.distributed
 import pytorch_lightning.strategies.ddp, lightning_fabric.strategies.ddp
-import sagemaker_training.mpi, sagemaker_training.smdataparallel
+import sagemaker_training.mpi, sagemaker_training.smdataparallel, sagemaker_pytorch_container.training
 
 def resolve(label):
     parts = label.split(".")
@@ -105,6 +107,7 @@ for module in (pytorch_lightning.strategies.ddp, lightning_fabric.strategies.ddp
     _sm_emulator_lightning.patch_ddp_module(module)
 for module in (sagemaker_training.mpi, sagemaker_training.smdataparallel):
     _sm_emulator_toolkit.patch(module)
+_sm_emulator_toolkit.patch_training(sagemaker_pytorch_container.training)
 import smdistributed.dataparallel.torch.torch_smddp
 after = snapshot()
 missing = object()

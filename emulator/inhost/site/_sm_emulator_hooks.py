@@ -2,8 +2,9 @@
 
 Only post-import hooks are registered here: torch is patched when ``import torch`` finishes,
 Lightning's DDP strategies when their modules finish executing, the toolkit's MPI-family
-runners when they do (short sleeps, opt-in). A process that never imports
-torch or Lightning imports nothing beyond ``_sm_emulator_importhook``.
+runners and its training module when they do (``ci`` profile: short sleeps, no torch import in
+the toolkit). A process that never imports torch or Lightning imports nothing beyond
+``_sm_emulator_importhook``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ LIGHTNING_DDP_MODULES = (
 )
 #: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
 TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
+#: The toolkit module whose torch import ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`` avoids
+#: (registry: ``toolkit-torch-version``).
+TOOLKIT_TRAINING_MODULE = "sagemaker_pytorch_container.training"
 
 
 def _on_torch(module: ModuleType) -> None:
@@ -42,6 +46,12 @@ def _on_toolkit_runner(module: ModuleType) -> None:
     import _sm_emulator_toolkit
 
     _sm_emulator_toolkit.patch(module)
+
+
+def _on_toolkit_training(module: ModuleType) -> None:
+    import _sm_emulator_toolkit
+
+    _sm_emulator_toolkit.patch_training(module)
 
 
 def _on_torch_collectives(module: ModuleType) -> None:  # debugging: collective records
@@ -65,6 +75,8 @@ def install() -> None:
     if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
         for name in TOOLKIT_SLEEP_MODULES:
             when_imported(name, _on_toolkit_runner)
+    if os.environ.get("EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT") == "1":
+        when_imported(TOOLKIT_TRAINING_MODULE, _on_toolkit_training)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)
 

@@ -125,6 +125,9 @@ GROUPS = {g.name: g for g in (
           "wrap DDP in a torch.cuda.Stream)"),
     Group("short-sleeps", "_sm_emulator_toolkit", "EMULATOR_SHORT_TOOLKIT_SLEEPS=1 (opt-in deviation)",
           "the toolkit's fixed 30 s MPI-family sleeps are capped at 1 s"),
+    Group("toolkit-torch-version", "_sm_emulator_toolkit",
+          "EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1 (ci profile)",
+          "the toolkit sets SM_DLC_TORCH_VERSION from torch/version.py instead of importing torch"),
 )}
 
 _TORCH = "torch 2.13.0"
@@ -321,6 +324,8 @@ REGISTRY: tuple[Patch, ...] = tuple([
           "DDPSpawnPlugin.determine_ddp_device_ids", "(self)", "pytorch-lightning 1.5.10", "wrap"),
     *[Patch("short-sleeps", module, "time", "module time", "sagemaker-training 5.1.4", "wrap")
       for module in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")],
+    Patch("toolkit-torch-version", "sagemaker_pytorch_container.training", "_set_torch_version_environment",
+          "()", "sagemaker-pytorch-training 3.0.0", "wrap"),
 ])
 
 _BY_KEY = {(p.group, p.module, p.attribute): p for p in REGISTRY}

@@ -26,6 +26,8 @@ ENV_GPU_MEMORY = "EMULATOR_GPU_MEMORY"
 ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
 #: "1": cap the toolkit's fixed MPI-family sleeps (a recorded deviation).
 ENV_SHORT_TOOLKIT_SLEEPS = "EMULATOR_SHORT_TOOLKIT_SLEEPS"
+#: "1": the toolkit reads torch's version from torch/version.py instead of importing torch (a recorded deviation).
+ENV_TOOLKIT_SKIPS_TORCH_IMPORT = "EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT"
 #: "1": fork torchrun and its ranks from a pre-imported interpreter (a recorded deviation).
 ENV_FAST_START = "EMULATOR_FAST_START"
 #: Modules the fast-start interpreter imports ahead (comma separated).
@@ -38,7 +40,7 @@ ENV_COLLECTIVES = "EMULATOR_COLLECTIVES"
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
                       ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
-                      ENV_COLLECTIVES)
+                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (the folders below) is mounted in docker containers.

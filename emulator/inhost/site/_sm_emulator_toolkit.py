@@ -1,21 +1,39 @@
-"""Opt-in deviation: shorten the toolkit's fixed MPI-family sleeps (``EMULATOR_SHORT_TOOLKIT_SLEEPS=1``).
+"""Toolkit speed-ups of the ``ci`` profile (recorded deviations; only time changes).
 
-sagemaker-training's MPI and SMDataParallel runners sleep 30 s by design after ``mpirun`` (the
-master after writing the status files, workers after ``orted`` exits, then poll every 30 s).
-With this switch every ``time.sleep`` in those two toolkit modules is capped at one second. Off by
-default; never use it for comparisons with real jobs. The job records it under
-``Emulator.Deviations`` in ``job.json``.
+- ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1``: sagemaker-training's MPI and SMDataParallel runners sleep
+  30 s by design after ``mpirun`` (the master after writing the status files, workers after
+  ``orted`` exits, then poll every 30 s). Every ``time.sleep`` in those two toolkit modules is
+  capped at one second.
+- ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1``: sagemaker-pytorch-training's ``train()`` imports
+  torch in the toolkit process only to set ``SM_DLC_TORCH_VERSION`` to ``torch.__version__``
+  before it starts the user's processes (about 3 s of CPU per host). The toolkit then reads the
+  same string from the ``__version__`` assignment of the installed ``torch/version.py`` (what
+  ``torch.__version__`` is made from) without importing torch. Where torch is not installed, or its
+  ``version.py`` has no literal ``__version__``, the toolkit's own function runs unchanged. Not
+  emulated: a torch that is installed but fails to import leaves ``SM_DLC_TORCH_VERSION`` unset
+  (and logs a warning) on SageMaker, set here — the rank's own ``import torch`` fails either way.
+
+Neither is on by default; never use them for timing comparisons with real jobs. A job records
+them under ``Emulator.Deviations`` in ``job.json``.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import _sm_emulator_patches as patches
 
 CAP_SECONDS = 1.0
+#: What sagemaker-pytorch-training's ``_set_torch_version_environment`` sets.
+TORCH_VERSION_VAR = "SM_DLC_TORCH_VERSION"
 
 
 class _ShortSleepTime:
@@ -37,3 +55,43 @@ def patch(module: ModuleType) -> None:
     if patches.wrap("short-sleeps", module, "time", _ShortSleepTime):
         print(f"[emulator] {module.__name__}: toolkit sleeps capped at {CAP_SECONDS:g} s "
               "(--short-toolkit-sleeps, a deviation from SageMaker)", file=sys.stderr, flush=True)
+
+
+def torch_version_from_file() -> str | None:
+    """``torch.__version__`` of the installed torch, read from ``torch/version.py`` without
+    importing torch; None when torch is not installed or the file has no literal ``__version__``."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for folder in locations:
+        try:
+            tree = ast.parse((Path(folder) / "version.py").read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            value = getattr(node, "value", None)
+            if (isinstance(target, ast.Name) and target.id == "__version__" and isinstance(value, ast.Constant)
+                    and isinstance(value.value, str)):
+                return value.value
+    return None
+
+
+def _without_torch_import(original: Callable[[], None]) -> Callable[[], None]:
+    @functools.wraps(original)
+    def _set_torch_version_environment() -> None:
+        version = torch_version_from_file()
+        if version is None:
+            original()  # not installed, or an unusual version.py: the toolkit's own way
+        else:
+            os.environ[TORCH_VERSION_VAR] = version
+
+    return _set_torch_version_environment
+
+
+def patch_training(module: ModuleType) -> None:
+    """sagemaker-pytorch-training's ``training`` module: its torch version without importing torch."""
+    patches.wrap("toolkit-torch-version", module, "_set_torch_version_environment", _without_torch_import)
