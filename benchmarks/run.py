@@ -264,7 +264,8 @@ def plot(cases: Sequence[dict[str, Any]], path: Path) -> bool:
         xs = [p[0] for p in pts]
         a.plot(xs, [p[1]["wall_s"] for p in pts], marker, label=label)
         b.plot(xs, [(p[1]["peak_private_mb"] or 0) / 1024 for p in pts], marker, label=label)
-        c.plot(xs, [(m["peak_private_mb"] or 0) / ranks for ranks, m in pts], marker, label=f"{label}: job peak / ranks")
+        c.plot(xs, [(m["peak_private_mb"] or 0) / ranks for ranks, m in pts], marker,
+               label=f"{label}: job peak / ranks")
         c.plot(xs, [p[1].get("rank_peak_rss_mb") or 0 for p in pts], marker.replace("-", ":"),
                label=f"{label}: one rank's peak RSS")
     a.set(xlabel="ranks (2 per host)", ylabel="wall time to job end (s)", title="Job wall time")

@@ -162,7 +162,8 @@ def test_comparison_finds_a_difference() -> None:
     same = {**base, "env": {**base["env"], "TORCHELASTIC_RUN_ID": "y"}, "fds": [0, 1, 2, 5]}
     assert compare({"d": base}, {"d": same}) == []  # listed, or PIDs
     jobid = {**base, "env": {**base["env"], "OMPI_MCA_ess_base_jobid": "2697854977"}}
-    assert compare({"d": jobid}, {"d": {**jobid, "env": {**base["env"], "OMPI_MCA_ess_base_jobid": "2697003009"}}}) == []
+    other = {**jobid, "env": {**base["env"], "OMPI_MCA_ess_base_jobid": "2697003009"}}
+    assert compare({"d": jobid}, {"d": other}) == []
     assert compare({"d": jobid}, {"d": base}) == ["d: env OMPI_MCA_ess_base_jobid: '2697854977' != None"]
     assert compare({"d": base}, {"d": {**base, "argv": ["-u", "train.py"]}}) == [
         "d: argv: ['train.py'] != ['-u', 'train.py']"]
