@@ -71,7 +71,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pytorchddp-encoding", choices=["smdistributed", "pytorch_ddp"], default="smdistributed",
                    help="pytorchddp as SDK >=2.221.1 sends it (smdistributed) or as 2022's SDK did")
     p.add_argument("--short-toolkit-sleeps", action="store_true",
-                   help="cap the toolkit's fixed 30-s MPI sleeps at 1 s (a deviation; never for --real comparisons)")
+                   help="cap the toolkit's 30-s MPI-family waits at 1 s and its 1-s polls at 0.2 s "
+                   "(a deviation; never for --real comparisons)")
     p.add_argument("--fast-start", action="store_true",
                    help="start the toolkit, torchrun and the ranks that pass its checks from shared pre-imported "
                         "interpreters (process backend; a recorded deviation, see README)")

@@ -15,8 +15,8 @@ from .profiles import speedups
 from .request import JobRequest
 
 #: One sentence per speed-up (``Emulator.Deviations``).
-SHORT_SLEEPS = ("toolkit MPI sleeps capped at 1 s (the MPI-family runners' fixed 30-s waits after "
-                "mpirun; only time changes)")
+SHORT_SLEEPS = ("toolkit MPI sleeps capped: the MPI-family runners' fixed 30-s waits after mpirun at 1 s, "
+                "their 1-s polls at 0.2 s (only time changes)")
 NO_TOOLKIT_TORCH_IMPORT = ("toolkit without import torch: SM_DLC_TORCH_VERSION read from torch/version.py "
                            "(the same string; only time changes)")
 FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter (what torch and the job read at "

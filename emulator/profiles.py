@@ -8,7 +8,8 @@ files, hostname, rank, exit code, failure text and artifacts (``tests/test_profi
 runs the same jobs in both profiles and compares all of it):
 
 - ``short_toolkit_sleeps``: the MPI-family runners' fixed 30-s sleeps after ``mpirun`` are capped
-  at 1 s (in-host ``_sm_emulator_toolkit``);
+  at 1 s, their 1-s polls for each other's ``sshd`` and for ``orted`` at 0.2 s (in-host
+  ``_sm_emulator_toolkit``);
 - ``toolkit_skips_torch_import``: sagemaker-pytorch-training imports torch in every host's toolkit
   process only to set ``SM_DLC_TORCH_VERSION``; it reads the same string from the installed
   ``torch/version.py`` instead (about 3 s of CPU per host; in-host ``_sm_emulator_toolkit``);

@@ -108,7 +108,7 @@ class JobRequest:
     image_uri: str | None = None
     forward_aws_credentials: bool = False
     heterogeneous: bool = False
-    #: Opt-in deviation: cap the toolkit's fixed 30-s MPI-family sleeps at 1 s.
+    #: Opt-in deviation: cap the toolkit's 30-s MPI-family waits at 1 s, its 1-s polls at 0.2 s.
     short_toolkit_sleeps: bool = False
     #: Opt-in: start the toolkit, torchrun and the ranks that pass its checks from shared
     #: pre-imported interpreters (process backend; see :mod:`emulator.faststart`).

@@ -124,7 +124,7 @@ GROUPS = {g.name: g for g in (
           "Lightning's DDP picks no CUDA device ids (the model lives on the CPU; with ids it would "
           "wrap DDP in a torch.cuda.Stream)"),
     Group("short-sleeps", "_sm_emulator_toolkit", "EMULATOR_SHORT_TOOLKIT_SLEEPS=1 (opt-in deviation)",
-          "the toolkit's fixed 30 s MPI-family sleeps are capped at 1 s"),
+          "the toolkit's MPI-family waits (30 s after mpirun) are capped at 1 s, its 1-s polls at 0.2 s"),
     Group("toolkit-torch-version", "_sm_emulator_toolkit",
           "EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1 (ci profile)",
           "the toolkit sets SM_DLC_TORCH_VERSION from torch/version.py instead of importing torch"),

@@ -2,8 +2,13 @@
 
 - ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1``: sagemaker-training's MPI and SMDataParallel runners sleep
   30 s by design after ``mpirun`` (the master after writing the status files, workers after
-  ``orted`` exits, then poll every 30 s). Every ``time.sleep`` in those two toolkit modules is
-  capped at one second.
+  ``orted`` exits, then poll every 30 s) and poll for each other's ``sshd`` and for ``orted``
+  every second. In those two toolkit modules a ``time.sleep`` of more than a second (the waits)
+  is capped at 1 s and one of up to a second (the polls) at 0.2 s: the polls still poll, only
+  faster, so a job whose hosts are slow to come up waits as long. The waits keep 1 s: the worker's
+  first look for the status file comes 1 s after ``orted`` exits, by when the master's ``ssh
+  touch`` has written it, and the master stays up 1 s after writing it, as the worker's poll of
+  the master's ``sshd`` expects.
 - ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1``: sagemaker-pytorch-training's ``train()`` imports
   torch in the toolkit process only to set ``SM_DLC_TORCH_VERSION`` to ``torch.__version__``
   before it starts the user's processes (about 3 s of CPU per host). The toolkit then reads the
@@ -31,7 +36,9 @@ from typing import Any
 
 import _sm_emulator_patches as patches
 
-CAP_SECONDS = 1.0
+#: Caps of the toolkit's waits (sleeps over 1 s) and of its polls (sleeps up to 1 s).
+WAIT_CAP_SECONDS = 1.0
+POLL_CAP_SECONDS = 0.2
 #: What sagemaker-pytorch-training's ``_set_torch_version_environment`` sets.
 TORCH_VERSION_VAR = "SM_DLC_TORCH_VERSION"
 
@@ -46,15 +53,16 @@ class _ShortSleepTime:
         return getattr(self._original, name)
 
     def sleep(self, seconds: float) -> None:
-        self._original.sleep(min(seconds, CAP_SECONDS))
+        self._original.sleep(min(seconds, WAIT_CAP_SECONDS if seconds > 1 else POLL_CAP_SECONDS))
 
 
 def patch(module: ModuleType) -> None:
     if isinstance(getattr(module, "time", None), _ShortSleepTime):
         return
     if patches.wrap("short-sleeps", module, "time", _ShortSleepTime):
-        print(f"[emulator] {module.__name__}: toolkit sleeps capped at {CAP_SECONDS:g} s "
-              "(--short-toolkit-sleeps, a deviation from SageMaker)", file=sys.stderr, flush=True)
+        print(f"[emulator] {module.__name__}: toolkit sleeps capped at {WAIT_CAP_SECONDS:g} s, its polls at "
+              f"{POLL_CAP_SECONDS:g} s (--short-toolkit-sleeps, a deviation from SageMaker)", file=sys.stderr,
+              flush=True)
 
 
 def torch_version_from_file() -> str | None:
