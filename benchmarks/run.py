@@ -266,7 +266,7 @@ def plot(cases: Sequence[dict[str, Any]], path: Path) -> bool:
         b.plot(xs, [(p[1]["peak_private_mb"] or 0) / 1024 for p in pts], marker, label=label)
         c.plot(xs, [(m["peak_private_mb"] or 0) / ranks for ranks, m in pts], marker,
                label=f"{label}: job peak / ranks")
-        c.plot(xs, [p[1].get("rank_peak_rss_mb") or 0 for p in pts], marker.replace("-", ":"),
+        c.plot(xs, [p[1].get("rank_peak_rss_mb") or 0 for p in pts], marker[0] + ":",
                label=f"{label}: one rank's peak RSS")
     a.set(xlabel="ranks (2 per host)", ylabel="wall time to job end (s)", title="Job wall time")
     b.set(xlabel="ranks (2 per host)", ylabel="peak memory, private estimate (GiB)", title="Peak memory")
@@ -359,8 +359,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="repetitions of the 2x2 cases")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     ap.add_argument("--no-docker", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="only redraw results.md and scaling.png from OUT/results.json (no job runs)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        saved = json.loads((args.out / "results.json").read_text())
+        saved["plot"] = plot(saved["cases"], args.out / "scaling.png")
+        (args.out / "results.md").write_text(render(saved))
+        print(render(saved))
+        return 1 if failures(saved) else 0
 
     def log(msg: str) -> None:
         print(msg, flush=True)

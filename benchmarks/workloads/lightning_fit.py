@@ -31,8 +31,9 @@ class Tiny(pl.LightningModule):
 
 
 data = torch.utils.data.TensorDataset(torch.randn(256, 32), torch.randint(0, 2, (256,)))
-local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-nodes = int(os.environ.get("WORLD_SIZE", "1")) // local
+# torchrun's variables, or Open MPI's under mpirun (pytorchddp): Lightning then detects MPI itself
+local = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1")
+nodes = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or "1") // local
 trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=nodes, strategy="ddp",
                      max_steps=int(os.environ.get("BENCH_STEPS", "10")), logger=False,
                      enable_checkpointing=False, enable_progress_bar=False,
