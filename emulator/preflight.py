@@ -32,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from .backends.base import Backend
@@ -142,6 +143,11 @@ def importable(python: str, modules: list[str]) -> dict[str, bool]:
     return result
 
 
+#: One ``ast.parse`` at a time: CPython before 3.11.8/3.12.1 can fail two concurrent ones (jobs run
+#: from threads) with "SystemError: AST constructor recursion depth mismatch" (gh-106905).
+_AST_LOCK = threading.Lock()
+
+
 def imported_modules(source_dir: Path) -> set[str]:
     """Top-level names of the modules the ``.py`` files under ``source_dir`` import
     unconditionally (see the module docstring)."""
@@ -151,7 +157,8 @@ def imported_modules(source_dir: Path) -> set[str]:
         try:
             if path.stat().st_size > MAX_FILE_BYTES:
                 continue
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+            with _AST_LOCK:
+                tree = ast.parse(path.read_bytes(), filename=str(path))
         except (OSError, SyntaxError, ValueError):
             continue  # a file Python cannot parse fails in the host, as on SageMaker
         names |= _imports(tree)

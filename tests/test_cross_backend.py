@@ -75,7 +75,7 @@ def run(backend: str, dist: Any, out: Path, name: str) -> emulator.JobResult:  #
                           instance_type="ml.p4d.24xlarge", gpus_per_host=2, distribution=dist,
                           hyperparameters={"msg": "a b; c"}, output_path=out / backend,
                           job_name=f"xb-{name}".replace("_", "-"),
-                          echo=False, stop_grace=2, short_toolkit_sleeps=True)
+                          echo=False, stop_grace=2, profile="ci")
     assert result.status == "Completed", (backend, result.failure_reason, result.log_tail("algo-1", 30))
     return result
 

@@ -18,7 +18,7 @@ from emulator.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "examples_negative"
 TWO_BY_TWO: dict[str, Any] = dict(source_dir=str(SCRIPTS), instance_type="ml.p4d.24xlarge",
-                                  instance_count=2, gpus_per_host=2, echo=False, stop_grace=5)
+                                  instance_count=2, gpus_per_host=2, echo=False, stop_grace=5, profile="ci")
 SMDDP = {"smdistributed": {"dataparallel": {"enabled": True}}}
 
 

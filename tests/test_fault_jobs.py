@@ -36,7 +36,7 @@ def _t(text: str) -> float:
 
 def test_sigkill_of_a_host_fails_the_job_and_stops_its_peer(tmp_path: Path) -> None:
     result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
-                          job_name="kill-host", echo=False, stop_grace=2,
+                          job_name="kill-host", echo=False, stop_grace=2, profile="ci",
                           faults=["kill:algo-2:SIGKILL@log=/READY/"])
     assert (result.status, result.secondary_status) == ("Failed", "Failed")
     assert result.first_failure == "algo-2"
@@ -55,7 +55,7 @@ def test_sigkill_of_a_host_fails_the_job_and_stops_its_peer(tmp_path: Path) -> N
 
 def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
     result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
-                          job_name="freeze", echo=False, stop_grace=1, max_run=FREEZE_MAX_RUN,
+                          job_name="freeze", echo=False, stop_grace=1, max_run=FREEZE_MAX_RUN, profile="ci",
                           faults=["freeze:algo-2@log=/READY/"])
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
     assert result.failure_reason is None
@@ -133,10 +133,11 @@ def test_network_cut_host_hangs_its_peer(tmp_path: Path) -> None:
 
 def test_spot_interruption_resumes_from_checkpoints(tmp_path: Path) -> None:
     plain = emulator.run(entry_point="checkpointed.py", source_dir=SCRIPTS, output_path=tmp_path / "a",
-                         job_name="spot-baseline", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-a")
+                         job_name="spot-baseline", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-a",
+                         profile="ci")
     assert plain.status == "Completed"
     spot = emulator.run(entry_point="checkpointed.py", source_dir=SCRIPTS, output_path=tmp_path / "b",
-                        job_name="spot", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-b",
+                        job_name="spot", echo=False, stop_grace=1, checkpoint_dir=tmp_path / "ck-b", profile="ci",
                         faults=["spot@log=/step 5/"])
     assert (spot.status, spot.secondary_status) == ("Completed", "Completed")
     desc = spot.description

@@ -26,7 +26,7 @@ MSG = (f"hello world; touch {INJECTED}-semicolon && echo $(touch {INJECTED}-subs
 TORCHRUN_2X2 = dict(entry_point="rank_report.py", source_dir=SCRIPTS, instance_count=2,
                     instance_type="ml.p4d.24xlarge", gpus_per_host=2,
                     distribution={"torch_distributed": {"enabled": True}},
-                    hyperparameters={"msg": MSG}, echo=False, stop_grace=2)
+                    hyperparameters={"msg": MSG}, echo=False, stop_grace=2, profile="ci")
 
 
 def ranks(result: JobResult) -> dict[int, dict]:
@@ -118,6 +118,7 @@ def test_two_jobs_at_once_do_not_interfere(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
+    assert sorted(results) == ["job-a", "job-b"]  # neither thread died before its result
     for name, result in results.items():
         assert result.status == "Completed", (name, result.failure_reason)
         seen = ranks(result)

@@ -54,6 +54,16 @@ def job_processes(job_name: str) -> list[int]:
     return out
 
 
+def left_after_reap(job_name: str, wait: float = 30.0) -> dict[int, list[str]]:
+    """The job's processes still alive ``wait`` seconds after a reap (pid → argv; empty when all went).
+    SIGKILL of the namespace agent ends every host process, but the kernel ends them one by one:
+    wait for that rather than look once."""
+    deadline = time.monotonic() + wait
+    while (left := job_processes(job_name)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {pid: P.proc_cmdline(pid) for pid in left}
+
+
 @pytest.fixture
 def reaped() -> Iterator[list[Path]]:
     """Job folders to reap at the end whatever happens (the autouse fixture checks nothing is left)."""
@@ -152,7 +162,7 @@ def test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap(tmp_path: Pa
     assert before
     reap = cli("reap")
     assert reap.returncode == 0 and f"reaped kept job {name}" in reap.stdout
-    assert not job_processes(name)
+    assert left_after_reap(name) == {}
     assert not (job_dir / kept.RECORD).exists()
     gone = cli("shell", str(job_dir), "algo-2", "--", "hostname")
     assert gone.returncode == 2 and "is not a kept job" in gone.stderr and "have been reaped" in gone.stderr
@@ -175,7 +185,7 @@ def test_max_runtime_keeps_every_host_and_shell_enters_algo_2(tmp_path: Path, re
     done = cli("shell", str(result.job_dir), "algo-2", "--", "hostname")
     assert (done.returncode, done.stdout) == (0, "algo-2\n")
     kept.reap(result.job_dir)
-    assert not job_processes(request.job_name)
+    assert left_after_reap(request.job_name) == {}
     assert not record.scratch.exists()
 
 
@@ -207,7 +217,7 @@ def test_failed_job_keeps_the_peers_still_running_not_the_failed_host(tmp_path: 
     listing = cli("ps", str(result.job_dir))
     assert listing.returncode == 2 and "no kept host of" in listing.stderr
     kept.reap(result.job_dir)
-    assert not job_processes(request.job_name)
+    assert left_after_reap(request.job_name) == {}
 
 
 def test_not_a_kept_job_is_refused_before_anything_is_entered(tmp_path: Path) -> None:

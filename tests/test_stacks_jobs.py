@@ -54,7 +54,7 @@ def run_until_warm(tmp_path: Path, name: str, *, backend: str = "process", **kwa
     """Run a job and stop it (StopTrainingJob) once its four ranks are warm; returns the console too."""
     stop = threading.Event()
     stream = StopWhenWarm(4, stop)
-    request = create(output_path=tmp_path, job_name=name, max_run=900, **BASE, **kwargs)
+    request = create(output_path=tmp_path, job_name=name, max_run=900, profile="ci", **BASE, **kwargs)
     result = supervisor.run(request, backend=backend, stream=stream, stop_grace=2, stop=stop)
     return result, stream.getvalue()
 
