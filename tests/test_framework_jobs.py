@@ -286,6 +286,7 @@ def test_plan_says_what_prepare_will_do_for_an_image_not_built(tmp_path: Path,
 
 
 @pytest.mark.docker
+@pytest.mark.xdist_group("machine-wide-reap")  # not beside test_kept's `python -m emulator reap`
 def test_reap_removes_helper_containers_whose_owner_is_gone(request: pytest.FixtureRequest) -> None:
     """Wheelhouse/probe helpers carry owner labels; docker/build.py's resolve helper is known by its
     name (sm-emulator-resolve-<pid>). Helpers of a live owner stay."""

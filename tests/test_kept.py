@@ -36,6 +36,11 @@ SCRIPTS = Path(__file__).parent / "scripts"
 WARM_TIMEOUT = 300.0
 TORCH_DIST = '{"torch_distributed": {"enabled": true}}'
 
+#: One xdist worker for this module and the other test of a machine-wide reap
+#: (tests/test_framework_jobs.py): ``python -m emulator reap`` without a job removes every kept job
+#: and ownerless helper container, including what a test running beside it expects to find.
+pytestmark = pytest.mark.xdist_group("machine-wide-reap")
+
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m emulator ARGS`` as a user types it (``shell`` replaces the process: never in-process)."""
