@@ -7,6 +7,7 @@ its own, against the same function with ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +15,26 @@ import pytest
 
 #: Calls the toolkit's function and reports the variable and whether torch was imported.
 CALL = """
-import os, sys
+import json, os, sys
 import sagemaker_pytorch_container.training as training
 os.environ.pop("SM_DLC_TORCH_VERSION", None)
 training._set_torch_version_environment()
-say("version", repr(os.environ.get("SM_DLC_TORCH_VERSION")))
-say("torch imported", "torch" in sys.modules)
+say("REPORT", json.dumps({"version": os.environ.get("SM_DLC_TORCH_VERSION"), "torch_imported": "torch" in sys.modules}))
 """
 
 
-def _report(output: str) -> dict[str, str]:
-    return dict(line.split(" ", 1) if not line.startswith("torch imported") else ("torch imported", line[15:])
-                for line in output.splitlines() if line.startswith(("version ", "torch imported ")))
+def _report(output: str) -> dict[str, Any]:
+    return dict(json.loads(next(line for line in output.splitlines() if line.startswith("REPORT "))[7:]))
 
 
 def test_the_torch_free_toolkit_sets_the_version_the_real_one_sets(run_script: Any) -> None:
     real = _report(run_script(CALL).ok())
     fast = _report(run_script(CALL, EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT="1").ok())
-    assert real["torch imported"] == "True"  # the oracle really imported torch
-    assert fast["torch imported"] == "False"
+    assert real["torch_imported"] is True  # the oracle really imported torch
+    assert fast["torch_imported"] is False
     import torch
 
-    assert real["version"] == repr(str(torch.__version__))
+    assert real["version"] == str(torch.__version__)
     assert fast["version"] == real["version"]
 
 
@@ -76,5 +75,5 @@ def test_without_a_readable_version_the_toolkit_imports_torch_as_it_would(run_sc
     result = run_script(f"import sys; sys.path.insert(0, {str(fake)!r})\n" + CALL,
                         EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT="1")
     report = _report(result.ok())
-    assert report["version"] == "None"
+    assert report["version"] is None
     assert "PyTorch can be found, but cannot be imported" in result.stderr
