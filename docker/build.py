@@ -1,9 +1,9 @@
 """Build the emulator's docker image ``sagemaker-emulator:<hash>`` (and ``:latest``), offline-ish;
 with ``--framework 1.12``, the image of one DLC family, ``sagemaker-emulator:torch1.12-<hash>``.
 
-Everything Python comes from this machine's pip (``pip download`` for CPython 3.11 on
-manylinux x86_64), so the build needs neither Docker Hub nor network access from inside the
-build except the Debian mirror for apt. Steps:
+The default image's Python packages come from this machine's pip (``pip download`` with the
+image's tags: CPython 3.11 on manylinux x86_64), so the build needs neither Docker Hub nor network
+access from inside the build except the Debian mirror for apt. Steps:
 
 1. hash the inputs (Dockerfile, requirements.txt, this script, the base image id); if
    ``sagemaker-emulator:<hash>`` exists, point ``:latest`` at it and stop;
@@ -16,8 +16,10 @@ build except the Debian mirror for apt. Steps:
 ``--framework F`` (a family or version of ``emulator/frameworks.py``: ``1.12``, ``2.0.1``, ...)
 builds that family's image instead: Debian's python3 of the family's suite (build-base.sh with
 that suite), the family's torch and toolkit versions plus the toolkits' other dependencies from
-``requirements.in``, no Lightning (no DLC ships it); resolved at build time for that Python (so a
-family image has no committed lock); tagged ``torch<family>-<hash of the inputs>``, never
+``requirements.in``, no Lightning (no DLC ships it); resolved at build time by the base image's own
+pip (so a family image has no committed lock), then exactly the files of pip's report fetched
+here as files, each checked against the report's sha256 (never with this machine's pip, whose
+Python need not be the image's); tagged ``torch<family>-<hash of the inputs>``, never
 ``:latest``. Its context is ``docker/.build/torch<family>/``; the downloads stay there, so a
 rebuild downloads only what changed. See :func:`ensure_image` for the backend's entry point.
 """
@@ -26,14 +28,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / ".build"
@@ -243,13 +251,10 @@ def _refresh(folder: Path) -> Path:
 
 
 #: Resolves requirements.in with the base image's own python3 (so environment markers are the
-#: image's: pip's --python-version does not change them) and writes the pins. Wheels only (as the
-#: image's glibc takes them), except the packages published only as sources; the context's
-#: earlier downloads serve as find-links (torch 1.12 has no separate metadata on PyPI: pip would
-#: download the 776 MB wheel again just to read it). Wheels only (as the
-#: image's glibc takes them), except the packages published only as sources; the context's
-#: earlier downloads serve as find-links (torch 1.12 has no separate metadata on PyPI: pip would
-#: download the 776 MB wheel again just to read it).
+#: image's: pip's --python-version does not change them) and writes pip's report (the files and
+#: their sha256). Wheels only (as the image's glibc takes them), except the packages published
+#: only as sources; the context's earlier downloads serve as find-links (torch 1.12 has no
+#: separate metadata on PyPI: pip would download the 776 MB wheel again just to read it).
 _RESOLVE = """set -e
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
@@ -263,10 +268,10 @@ chown {owner} /ctx/report.json
 """
 
 
-def _resolve_in(base: str, ctx: Path) -> dict[str, str]:
-    """``{name==version: file URL}`` of ctx/requirements.in (+ build-only.in) for ``base``'s
+def _resolve_in(base: str, ctx: Path) -> dict[str, Artifact]:
+    """``{name==version: Artifact}`` of ctx/requirements.in (+ build-only.in) for ``base``'s
     Python: the exact files the image's pip chose (its glibc takes manylinux tags the host's
-    ``pip download --platform`` list would have to guess)."""
+    ``pip download --platform`` list would have to guess), with the hashes from pip's report."""
     name = f"sm-emulator-resolve-{os.getpid()}"
     # The host's CA bundle, as for the image (a TLS-inspecting proxy's CA may be in it).
     ca = ["-v", f"{CA_BUNDLE}:/tmp/host-ca.crt:ro", "-e", "PIP_CERT=/tmp/host-ca.crt"] \
@@ -280,30 +285,110 @@ def _resolve_in(base: str, ctx: Path) -> dict[str, str]:
         _docker("rm", "-f", name, capture=True)
     if done.returncode != 0:
         raise SystemExit(f"image: resolving the requirements in {base} failed")
-    import json
-
-    report = json.loads((ctx / "report.json").read_text())
-    return {f"{_norm(i['metadata']['name'])}=={i['metadata']['version']}": i["download_info"]["url"]
-            for i in report["install"]}
+    return artifacts(json.loads((ctx / "report.json").read_text()))
 
 
-def _fetch(urls: list[str], dest: Path, old: Path) -> None:
-    """Put the files at ``urls`` into ``dest``: from ``old`` when an earlier build downloaded
-    them, else with pip (``--no-deps``: exactly these files)."""
-    from urllib.parse import unquote, urlsplit
+@dataclass(frozen=True)
+class Artifact:
+    """One file pip's resolver chose: where it is and the sha256 pip's report gives for it
+    (``None`` only for a local file pip found by ``--find-links`` without a hash)."""
 
+    url: str
+    sha256: str | None
+
+    @property
+    def name(self) -> str:
+        return unquote(Path(urlsplit(self.url).path).name)
+
+
+def artifacts(report: dict[str, Any]) -> dict[str, Artifact]:
+    """``{name==version: Artifact}`` of a pip ``install --dry-run --report`` (format 1): every
+    file pip would install, with the sha256 of ``download_info.archive_info`` (``hashes`` or the
+    older ``hash = "sha256=…"``). A remote file without a sha256 is refused: it could not be checked."""
+    out = {}
+    for item in report["install"]:
+        info = item["download_info"]
+        archive = info.get("archive_info", {})
+        sha = archive.get("hashes", {}).get("sha256")
+        if sha is None and str(archive.get("hash", "")).startswith("sha256="):
+            sha = archive["hash"].split("=", 1)[1]
+        if sha is None and not info["url"].startswith("file://"):
+            raise SystemExit(f"image: pip's report gives no sha256 for {info['url']}; refusing to fetch it")
+        out[f"{_norm(item['metadata']['name'])}=={item['metadata']['version']}"] = Artifact(info["url"], sha)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """TLS as pip has it here: pip's certificate bundle when one is configured, else this
+    machine's CA bundle (a TLS-inspecting proxy's CA may be in it), else Python's defaults."""
+    cafile = os.environ.get("PIP_CERT") or (str(CA_BUNDLE) if CA_BUNDLE.is_file() else None)
+    return ssl.create_default_context(cafile=cafile)
+
+
+#: Attempts per file (a dropped connection is retried; a hash mismatch is not).
+FETCH_ATTEMPTS = 3
+
+
+def _download_file(art: Artifact, dest: Path, say: Callable[[str], None]) -> None:
+    """Download ``art`` to ``dest`` through a ``.part`` file, checking its sha256 as it streams;
+    the file appears only when it is complete and matches. Proxies come from the environment
+    (``https_proxy``…), as for pip."""
+    part = dest.with_name(dest.name + ".part")
+    for attempt in range(1, FETCH_ATTEMPTS + 1):
+        h, size = hashlib.sha256(), 0
+        try:
+            with urllib.request.urlopen(art.url, timeout=120, context=_ssl_context()) as resp, \
+                    open(part, "wb") as out:
+                total = int(resp.headers.get("Content-Length") or 0)
+                say(f"image: fetching {art.name}" + (f" ({total / 1e6:.0f} MB)" if total > 5e6 else ""))
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    h.update(block)
+                    out.write(block)
+                    size += len(block)
+        except OSError as exc:  # URLError, a reset or a timeout: try again
+            part.unlink(missing_ok=True)
+            if attempt == FETCH_ATTEMPTS:
+                raise SystemExit(f"image: could not fetch {art.url}: {exc}") from exc
+            time.sleep(2 * attempt)
+            continue
+        if art.sha256 is not None and h.hexdigest() != art.sha256:
+            part.unlink(missing_ok=True)
+            raise SystemExit(f"image: {art.name}: sha256 {h.hexdigest()} does not match "
+                             f"{art.sha256} from pip's report ({size} bytes from {art.url}); "
+                             "stopping the build")
+        part.replace(dest)
+        return
+
+
+def _fetch(arts: list[Artifact], dest: Path, old: Path, say: Callable[[str], None] = print) -> None:
+    """Put exactly the files pip's resolver reported into ``dest``: from ``old`` when an earlier
+    build downloaded them and the hash still matches, else downloaded as files (never with this
+    machine's pip, whose Python need not be the image's: pip refuses a cp39 wheel on 3.11).
+    Any hash mismatch stops the build (``SystemExit``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    missing = []
-    for url in urls:
-        name = unquote(Path(urlsplit(url).path).name)
-        if (old / name).is_file():
-            (old / name).replace(dest / name)
-        elif url.startswith("file://"):
-            shutil.copyfile(unquote(urlsplit(url).path), dest / name)
+    for art in arts:
+        target = dest / art.name
+        kept = old / art.name
+        if kept.is_file() and art.sha256 in (None, _sha256(kept)):
+            kept.replace(target)
+        elif art.url.startswith("file://") and not art.url.startswith("file:///ctx/"):
+            shutil.copyfile(unquote(urlsplit(art.url).path), target)
+            if art.sha256 is not None and _sha256(target) != art.sha256:
+                target.unlink()
+                raise SystemExit(f"image: {art.name}: sha256 does not match pip's report; stopping the build")
+        elif art.url.startswith("file://"):
+            raise SystemExit(f"image: {art.name} was found in an earlier build's downloads, which "
+                             f"are gone; run the build again")
         else:
-            missing.append(url)
-    if missing:
-        _pip("download", "-q", "--no-deps", "-d", str(dest), *missing)
+            _download_file(art, target, say)
 
 
 def build_family(framework: str, *, base_image: str | None, force: bool,
@@ -331,9 +416,9 @@ def build_family(framework: str, *, base_image: str | None, force: bool,
     pins = sorted(files)
     say(f"image: {len(pins)} pins resolved with the image's Python {fam.python}")
     olds = [_refresh(ctx / "wheels"), _refresh(ctx / "sdist")]
-    urls = list(files.values())
-    _fetch([u for u in urls if u.endswith(".whl")], ctx / "wheels", olds[0])
-    _fetch([u for u in urls if not u.endswith(".whl")], ctx / "sdist", olds[1])
+    arts = list(files.values())
+    _fetch([a for a in arts if a.name.endswith(".whl")], ctx / "wheels", olds[0], say)
+    _fetch([a for a in arts if not a.name.endswith(".whl")], ctx / "sdist", olds[1], say)
     for old in olds:
         shutil.rmtree(old, ignore_errors=True)
     (ctx / "requirements.txt").write_text("# Resolved by docker/build.py --framework "

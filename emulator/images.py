@@ -55,6 +55,7 @@ def _build_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("_sm_emulator_docker_build", BUILD_SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

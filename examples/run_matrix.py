@@ -56,6 +56,9 @@ class Scenario:
     examples_dir: Path = HERE
     #: The backend this scenario always runs on (None: ``--backend``).
     backend: str | None = None
+    #: The DLC family its launcher names (``framework_version``): that family's image is built,
+    #: with progress on the console, right before the scenario runs (None: today's torch).
+    framework: str | None = None
 
     @property
     def launcher(self) -> Path:
@@ -86,7 +89,21 @@ def framework_scenarios() -> list[Scenario]:
         DockerBackend().check()
     except Exception:
         return []
-    return [Scenario("mnist_lightning16_smddp", "mnist_lightning16_smddp", backend="docker")]
+    return [Scenario("mnist_lightning16_smddp", "mnist_lightning16_smddp", backend="docker", framework="1.12")]
+
+
+def ensure_image(scenario: Scenario) -> None:
+    """Build the image of ``scenario``'s framework family if it is not built yet, saying what is
+    built and roughly how long it takes (``emulator.images``; once per machine, then cached).
+    Built here, not by ``.ci/setup``, so the other scenarios' results come first."""
+    if scenario.framework is None:
+        return
+    from emulator import frameworks, images
+
+    fam = frameworks.family(scenario.framework)
+    if images.family_image(fam) is None:
+        images.image_for(frameworks.select(fam.default_version),
+                         say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
 
 
 @dataclass(frozen=True)
@@ -284,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for scenario in chosen:
             print(f"running {scenario.name} ...", file=sys.stderr, flush=True)
+            ensure_image(scenario)
             start = time.monotonic()
             work = root / re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name)
             outcome = run_one(scenario, work=work, backend=args.backend, echo=args.echo, profile=args.profile)

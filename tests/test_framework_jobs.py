@@ -129,11 +129,14 @@ def test_sdk_job_the_process_backend_cannot_run_is_a_validation_error(tmp_path: 
 
 
 # -- process backend: a job environment with the framework's torch --------------------------------
-def test_process_backend_runs_the_framework_torch_in_a_job_environment(tmp_path: Path) -> None:
+def test_process_backend_runs_the_framework_torch_in_a_job_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Family 2.13 (torch 2.13.0+cpu: the CPU build this machine has, so nothing downloads): the job
-    runs in a cached job environment made for it, and job.json says what the script saw."""
+    runs in a job environment made for it, and job.json says what the script saw. The cache is
+    empty (issue 19: cold paths in the suite), so the environment is created by this job."""
     from emulator.supervisor import run
 
+    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
     src = _source(tmp_path)
     request = rq.create(entry_point="train.py", source_dir=src, output_path=tmp_path / "out",
                         job_name=f"fw-process-{uuid.uuid4().hex[:6]}", framework_version="2.13")
@@ -145,6 +148,8 @@ def test_process_backend_runs_the_framework_torch_in_a_job_environment(tmp_path:
                            if "REPORT " in line))
     expected_python = jobenv.interpreter(src, framework=pins)
     assert seen["executable"] == expected_python != sys.executable  # the job environment, not yours
+    assert Path(expected_python).is_relative_to(tmp_path / "envs")  # made now, not found in a cache
+    assert "torch==2.13.0+cpu" in (result.job_dir / "logs" / "jobenv.log").read_text()
     fw = json.loads((result.job_dir / "job.json").read_text())["Emulator"]["Framework"]
     assert (fw["Torch"], fw["Python"]) == (seen["torch"], seen["python"])
     assert fw["FrameworkVersion"] == "2.13" and fw["Family"] == "2.13" and fw["Source"] == "framework_version"
