@@ -335,6 +335,8 @@ def _ssl_context() -> ssl.SSLContext:
 
 #: Attempts per file (a dropped connection is retried; a hash mismatch is not).
 FETCH_ATTEMPTS = 3
+#: Files larger than this get a progress line of their own.
+BIG_FILE = 20e6
 
 
 def _download_file(art: Artifact, dest: Path, say: Callable[[str], None]) -> None:
@@ -348,7 +350,8 @@ def _download_file(art: Artifact, dest: Path, say: Callable[[str], None]) -> Non
             with urllib.request.urlopen(art.url, timeout=120, context=_ssl_context()) as resp, \
                     open(part, "wb") as out:
                 total = int(resp.headers.get("Content-Length") or 0)
-                say(f"image: fetching {art.name}" + (f" ({total / 1e6:.0f} MB)" if total > 5e6 else ""))
+                if total > BIG_FILE:  # the small ones go by quietly
+                    say(f"image: fetching {art.name} ({total / 1e6:.0f} MB)")
                 for block in iter(lambda: resp.read(1 << 20), b""):
                     h.update(block)
                     out.write(block)

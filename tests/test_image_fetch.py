@@ -121,7 +121,7 @@ def test_resolve_and_fetch_with_the_python39_base(tmp_path: Path, request: pytes
     (ctx / "build-only.in").write_text("wheel\n")
     (ctx / "constraints.in").write_text("")
     arts = build._resolve_in(base, ctx)
-    assert {k.split("==")[0] for k in arts} == {"markupsafe", "wheel"}
+    assert {k.split("==")[0] for k in arts} >= {"markupsafe", "wheel"}  # and what wheel needs
     assert "-cp39-cp39-" in arts["markupsafe==2.1.5"].name  # chosen by the image's Python 3.9
     dest, old = tmp_path / "wheels", tmp_path / "wheels.old"
     old.mkdir()
