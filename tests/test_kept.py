@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -274,6 +275,52 @@ def test_a_job_killed_before_its_kept_record_is_still_reaped_by_job(tmp_path: Pa
     assert _scratch_trees(name) == []
     again = cli("reap", str(job_dir))  # nothing is left: refused as any job that kept nothing
     assert again.returncode == 2 and "is not a kept job" in again.stderr
+
+
+class _FakeDockerObject:
+    """A container or network as the docker SDK lists it: name, labels, status; records removal."""
+
+    def __init__(self, name: str, labels: dict[str, str], removed: list[str], *, network: bool = False) -> None:
+        self.name, self.labels, self.status, self._removed = name, labels, "running", removed
+        self.attrs: dict[str, Any] = {"Labels": labels, "Mounts": [], "Config": {}}
+        if network:
+            self.disconnect = lambda *a, **k: None
+
+    def kill(self) -> None:
+        self.status = "exited"
+
+    def remove(self, **_: Any) -> None:
+        self._removed.append(self.name)
+
+
+def test_docker_leftovers_of_a_killed_run_are_found_by_their_scratch_label(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker hosts outlive a SIGKILLed emulator (no agent ends them): ``reap JOB_DIR`` removes
+    the containers and network labelled with that job's scratch folder whose owner is gone, and
+    nothing of a live owner or of another scratch folder."""
+    from emulator.backends import docker as docker_backend
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    scratch = tmp_path / f"{kept.SCRATCH_PREFIX}job-abc"
+    dead = {docker_backend.LABEL_OWNER_PID: str(gone.pid), docker_backend.LABEL_OWNER_START: ""}
+    alive = dict(docker_backend.owner_labels())
+    removed: list[str] = []
+
+    def obj(name: str, folder: Path, owner: dict[str, str], network: bool = False) -> _FakeDockerObject:
+        return _FakeDockerObject(name, {docker_backend.LABEL_SCRATCH: str(folder), **owner}, removed, network=network)
+
+    containers = [obj("ours-algo-1", scratch / "backend-0", dead), obj("ours-algo-2", scratch / "backend-1", dead),
+                  obj("live-algo-1", scratch / "backend-0", alive),
+                  obj("other-algo-1", tmp_path / f"{kept.SCRATCH_PREFIX}job-abcd" / "backend-0", dead)]
+    networks = [obj("ours-net", scratch / "backend-0", dead, True),
+                obj("other-net", tmp_path / "elsewhere" / "backend-0", dead, True)]
+
+    client = SimpleNamespace(containers=SimpleNamespace(list=lambda **_: containers),
+                             networks=SimpleNamespace(list=lambda **_: networks))
+    monkeypatch.setattr(docker_backend, "_client", lambda *a, **k: client)
+    assert sorted(docker_backend.reap_scratch(scratch, owner=(0, 0))) == ["ours-algo-1", "ours-algo-2", "ours-net"]
+    assert sorted(removed) == ["ours-algo-1", "ours-algo-2", "ours-net"]
 
 
 def test_max_runtime_keeps_every_host_and_shell_enters_algo_2(tmp_path: Path, reaped: list[Path]) -> None:
