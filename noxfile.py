@@ -1,4 +1,4 @@
-"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench; each installs, then runs."""
+"""Sessions: tests (default), tests_sdk3, emulate, emulate_sdk3, lint, image, bench, flakes; each installs, runs."""
 
 from __future__ import annotations
 
@@ -42,6 +42,13 @@ def tests(session: nox.Session) -> None:
     _install(session)
     session.run("python", "-m", "pytest",
                 *(session.posargs or ["-n", "2", "--dist", "loadgroup", "-m", "not matrix", "-q", "-ra"]))
+
+
+@nox.session(default=False)
+def flakes(session: nox.Session) -> None:
+    """Run the tests that start real jobs under load until each passed 3 times (``tests/flakes.py``)."""
+    _install(session)
+    session.run("python", "-m", "tests.flakes", *session.posargs)
 
 
 @nox.session

@@ -140,7 +140,8 @@ def parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run starts); start nothing")
     _job_flags(plan)
     reap = sub.add_parser("reap", help="remove kept hosts, and what emulator processes that are gone left behind")
-    reap.add_argument("job_dir", metavar="JOB_DIR", nargs="?", help="only this kept job")
+    reap.add_argument("job_dir", metavar="JOB_DIR", nargs="?",
+                      help="only this job: its kept hosts, and what a killed run of it left")
     launch = sub.add_parser("launch", help="run a SageMaker SDK launcher script against the emulator")
     launch.add_argument("script")
     launch.add_argument("args", nargs=argparse.REMAINDER)

@@ -33,6 +33,13 @@ Backends:
 The record, ``kept.json``, is written to the job folder and to the job's scratch folder (under
 the temp folder, where ``reap`` finds it); the scratch folder (the hosts' ``/etc/hosts``, ssh keys,
 diagnostics folder) stays with the hosts and goes with ``reap``.
+
+A kill at any moment leaves nothing ``reap JOB_DIR`` cannot find: the scratch folder names its job
+(:data:`JOB_FILE`, written before any host starts) and its emulator (``owner``), and the hosts name
+the scratch folder (the namespace agent's ``--scratch`` argument, the containers' and network's
+``sagemaker-emulator.scratch`` label). So when the emulator is SIGKILLed before it wrote the record
+(or between the two copies), ``reap JOB_DIR`` still finds that job's scratch folders whose emulator
+is gone and removes them with every agent or container below them (:func:`reap_leftovers`).
 """
 
 from __future__ import annotations
@@ -62,6 +69,10 @@ if TYPE_CHECKING:
 RECORD = "kept.json"
 #: Scratch trees are ``<temp>/sm-emulator-*`` (see :mod:`emulator.supervisor`).
 SCRATCH_PREFIX = "sm-emulator-"
+#: In a scratch folder: the emulator that made it (``PID START``), and the job it is for (JSON:
+#: ``job_dir``, ``job_name``, ``backend``); both written before any host starts (:func:`claim`).
+OWNER_FILE = "owner"
+JOB_FILE = "job"
 #: How long ``reap`` waits for a killed agent's processes to go.
 REAP_WAIT = 10.0
 KEPT_HOW = "kept (frozen)"
@@ -186,6 +197,27 @@ def console(kept: KeptJob | None) -> list[str]:
             f"    remove:  python -m emulator reap {job}"]
 
 
+def claim(scratch: Path, *, job_dir: Path, job_name: str, backend: str) -> None:
+    """Write what ties ``scratch`` to this emulator and to its job (read by :func:`reap_leftovers`
+    and :func:`emulator.reap.reap_temp`), before anything of the job starts."""
+    stat = P.proc_stat(os.getpid())
+    (scratch / OWNER_FILE).write_text(f"{os.getpid()} {stat.start_time if stat else ''}".rstrip() + "\n")
+    (scratch / JOB_FILE).write_text(json.dumps({"job_dir": str(job_dir.resolve()), "job_name": job_name,
+                                                "backend": backend}) + "\n")
+
+
+def owner_gone(scratch: Path) -> int | None:
+    """The pid of the emulator that made ``scratch`` when that process is gone; None when it still
+    runs or the folder names none."""
+    try:
+        words = (scratch / OWNER_FILE).read_text().split()
+        pid = int(words[0])
+        start = int(words[1]) if len(words) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if P.pid_alive(pid, start) else pid
+
+
 # -- finding kept jobs -----------------------------------------------------------------------------
 def load(job_dir: Path | str) -> KeptJob:
     """The kept job of ``job_dir``; :class:`RequestError` (field ``JOB_DIR``) when there is none."""
@@ -253,14 +285,90 @@ def reap_job(kept: KeptJob) -> list[str]:
 
 
 def reap(job_dir: Path | str | None = None) -> list[str]:
-    """Remove the kept job of ``job_dir``, or (None) every kept job this machine's temp folder
-    records plus every kept namespace agent whose emulator is gone. One line per removal."""
+    """Remove the kept job of ``job_dir`` and whatever a killed run of that job left (see
+    :func:`reap_leftovers`), or (None) every kept job this machine's temp folder records plus every
+    kept namespace agent whose emulator is gone. One line per removal; :class:`RequestError` when
+    ``job_dir`` has neither a record nor leftovers."""
     if job_dir is not None:
-        return reap_job(load(job_dir))
+        lines = reap_job(load(job_dir)) if (Path(job_dir) / RECORD).is_file() else []
+        lines += reap_leftovers(job_dir)
+        if not lines:
+            load(job_dir)  # raises: not a folder / not a kept job, and why
+        return lines
     lines = []
     for kept in find_all():
         lines += reap_job(kept)
     return lines + reap_orphan_agents()
+
+
+def reap_leftovers(job_dir: Path | str) -> list[str]:
+    """Remove what runs of ``job_dir`` whose emulator is gone left in this machine's temp folder:
+    each such scratch folder, a kept record found there (the emulator was killed between its two
+    copies), and every namespace agent (process backend) or container and network (docker) that
+    names the folder (the emulator was killed after it froze the hosts, before it wrote the record;
+    or, on docker, at any moment). Scratch folders of a run that still goes on are left alone."""
+    target = str(Path(job_dir).resolve())
+    lines: list[str] = []
+    for scratch in sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*")):
+        try:
+            job = json.loads((scratch / JOB_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(job, dict) or job.get("job_dir") != target:
+            continue
+        pid = owner_gone(scratch)
+        if pid is None:
+            continue
+        if (scratch / RECORD).is_file():
+            try:
+                lines += reap_job(KeptJob(json.loads((scratch / RECORD).read_text())))
+                continue
+            except (OSError, ValueError, KeyError):
+                pass
+        for agent, start in _agents_below(scratch):
+            if _kill_agent(agent, start):
+                lines.append(f"killed the namespace agent {agent} of {job.get('job_name')} (its emulator, "
+                             f"pid {pid}, is gone) and with it every host of that run")
+        if job.get("backend") == "docker":
+            try:
+                from .backends import docker
+
+                names = docker.reap_scratch(scratch)
+            except Exception as exc:  # no docker SDK or engine here: say so, remove the rest
+                lines.append(f"docker: containers of {job.get('job_name')} not reaped ({exc})")
+            else:
+                if names:
+                    lines.append(f"removed {', '.join(names)}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        lines.append(f"removed {scratch}, left by a run of {job.get('job_name')} (its emulator, pid {pid}, is gone)")
+    return lines
+
+
+def _agent_args(pid: int) -> dict[str, str] | None:
+    """The ``--flag value`` arguments of namespace agent ``pid`` (not of its ``unshare``); None
+    when ``pid`` is no agent."""
+    argv = P.proc_cmdline(pid)  # [python, -S, -E, -s, .../nsagent.py, --scratch, DIR, --owner, PID:START]
+    script = next((i for i, a in enumerate(argv) if a.endswith("nsagent.py")), None)
+    if script is None or not argv or os.path.basename(argv[0]) == "unshare":
+        return None
+    rest = argv[script + 1:]
+    return {rest[i]: rest[i + 1] for i in range(0, len(rest) - 1, 2)}
+
+
+def _agents_below(scratch: Path) -> list[tuple[int, int]]:
+    """(pid, start time) of every namespace agent whose scratch folder is ``scratch`` or below it."""
+    from .backends.process import AGENT_SCRATCH_FLAG
+
+    root = str(scratch).rstrip("/") + "/"
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            args = _agent_args(int(entry))
+            if args is not None and (args.get(AGENT_SCRATCH_FLAG, "") + "/").startswith(root):
+                stat = P.proc_stat(int(entry))
+                if stat is not None:
+                    out.append((int(entry), stat.start_time))
+    return out
 
 
 def reap_orphan_agents() -> list[str]:
@@ -273,11 +381,10 @@ def reap_orphan_agents() -> list[str]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        argv = P.proc_cmdline(int(entry))  # [python, ..., nsagent.py, --owner, PID:START]
-        if len(argv) < 3 or argv[-2] != AGENT_OWNER_FLAG or not argv[-3].endswith("nsagent.py") or \
-                os.path.basename(argv[0]) == "unshare":
+        args = _agent_args(int(entry))
+        if args is None or AGENT_OWNER_FLAG not in args:
             continue
-        pid, _, start = argv[-1].partition(":")
+        pid, _, start = args[AGENT_OWNER_FLAG].partition(":")
         if pid.isdigit() and not P.pid_alive(int(pid), int(start) if start.isdigit() else None):
             stat = P.proc_stat(int(entry))
             if stat is not None and _kill_agent(int(entry), stat.start_time):

@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 from . import kept
-from .inhost.protocol import pid_alive
 
 
 def reap_temp() -> list[str]:
@@ -26,12 +25,8 @@ def reap_temp() -> list[str]:
     job's folder stays: :func:`emulator.kept.reap` removes it with its hosts)."""
     out = []
     for path in Path(tempfile.gettempdir()).glob(f"{kept.SCRATCH_PREFIX}*"):
-        owner = path / "owner"
-        try:
-            pid = int(owner.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if not pid_alive(pid) and not (path / kept.RECORD).exists():
+        pid = kept.owner_gone(path)
+        if pid is not None and not (path / kept.RECORD).exists():
             shutil.rmtree(path, ignore_errors=True)
             out.append(f"removed {path} (owner pid {pid} is gone)")
     return out

@@ -28,6 +28,8 @@ from emulator import frameworks, images, jobenv
 from emulator import request as rq
 from emulator.errors import RequestError
 
+from .rank_output import marked_json
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mnist_lightning16_smddp"
 FRAMEWORK_VAR = "SAGEMAKER_EMULATOR_FRAMEWORK_VERSION"
@@ -144,8 +146,7 @@ def test_process_backend_runs_the_framework_torch_in_a_job_environment(
     assert pins == ("torch==2.13.0+cpu",)
     result = run(request, backend="process", echo=False, stop_grace=5)
     assert result.status == "Completed", result.log("algo-1")[-3000:]
-    seen = json.loads(next(line.split("REPORT ", 1)[1] for line in result.log("algo-1").splitlines()
-                           if "REPORT " in line))
+    [seen] = marked_json(result.log("algo-1"), "REPORT ")
     expected_python = jobenv.interpreter(src, framework=pins)
     assert seen["executable"] == expected_python != sys.executable  # the job environment, not yours
     assert Path(expected_python).is_relative_to(tmp_path / "envs")  # made now, not found in a cache
@@ -169,8 +170,7 @@ def test_no_framework_version_keeps_todays_torch_and_says_so(tmp_path: Path) -> 
     result = run(rq.create(entry_point="train.py", source_dir=src, output_path=tmp_path / "out",
                            job_name=f"fw-none-{uuid.uuid4().hex[:6]}"), backend="process", echo=False)
     assert result.status == "Completed", result.log("algo-1")[-3000:]
-    seen = json.loads(next(line.split("REPORT ", 1)[1] for line in result.log("algo-1").splitlines()
-                           if "REPORT " in line))
+    [seen] = marked_json(result.log("algo-1"), "REPORT ")
     assert seen["executable"] == sys.executable
     fw = json.loads((result.job_dir / "job.json").read_text())["Emulator"]["Framework"]
     assert fw["FrameworkVersion"] is None and fw["Source"] == "default"

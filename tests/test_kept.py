@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from emulator import kept, postmortem, supervisor
+from emulator.errors import RequestError
 from emulator.inhost import protocol as P
 from emulator.request import create
 from emulator.result import JobResult
@@ -71,30 +75,58 @@ def left_after_reap(job_name: str, wait: float = 30.0) -> dict[int, list[str]]:
 
 @pytest.fixture
 def reaped() -> Iterator[list[Path]]:
-    """Job folders to reap at the end whatever happens (the autouse fixture checks nothing is left)."""
+    """Job folders to reap at the end whatever happens (the autouse fixture checks nothing is left):
+    by job, so a run killed before it wrote its kept record is reaped too (its scratch tree, a kept
+    agent or containers that name it)."""
     jobs: list[Path] = []
     yield jobs
     for job_dir in jobs:
-        if (job_dir / kept.RECORD).exists():
+        try:
             kept.reap(job_dir)
+        except RequestError:  # neither kept nor left anything: nothing to reap
+            pass
+
+
+#: ``WARM rank R of W on HOST``, wherever it is in a host's log: two ranks of a host share its
+#: stdout, so one rank's text may follow another's before either newline (no line anchors).
+WARM = re.compile(r"WARM rank (\d+) of (\d+) on (algo-\d+)")
+
+
+def warm_ranks(logs: Path) -> dict[int, str]:
+    """Rank → host, from every ``WARM`` marker in the host logs under ``logs``; a rank's marker must
+    name the host whose log holds it, and no rank may be claimed twice."""
+    warm: dict[int, str] = {}
+    for log in sorted(logs.glob("algo-*.log")):
+        for rank, _world, host in WARM.findall(log.read_text(errors="replace")):
+            assert host == log.stem, f"rank {rank} says it runs on {host} but printed into {log.name}"
+            assert warm.setdefault(int(rank), host) == host, f"rank {rank} printed WARM on two hosts"
+    return warm
 
 
 def wait_for_warm(logs: Path, ranks: int, proc: subprocess.Popen[str]) -> dict[int, str]:
-    """Rank → host, from each rank's own ``WARM rank R of W on HOST`` line."""
+    """Rank → host, from each rank's own ``WARM rank R of W on HOST`` marker."""
     deadline = time.monotonic() + WARM_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"the emulator exited early ({proc.returncode})")
-        warm = {}
-        for log in logs.glob("algo-*.log"):
-            for line in log.read_text(errors="replace").splitlines():
-                if line.startswith("WARM rank "):
-                    words = line.split()
-                    warm[int(words[2])] = words[-1]
+        warm = warm_ranks(logs)
         if len(warm) == ranks:
             return warm
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {WARM_TIMEOUT:g} s waiting for {ranks} ranks to print WARM")
+    raise AssertionError(f"timed out after {WARM_TIMEOUT:g} s waiting for {ranks} ranks to print WARM "
+                         f"(seen: {warm_ranks(logs)})")
+
+
+def test_warm_markers_are_found_when_two_ranks_lines_interleave(tmp_path: Path) -> None:
+    """Issue 24: algo-2's log held ``WARM rank 2 of 4 on algo-2WARM rank 3 of 4 on algo-2`` (the
+    text and the newline of a ``print`` are two writes); a per-line ``startswith`` lost rank 3."""
+    (tmp_path / "algo-1.log").write_text("[toolkit] Invoking script\nWARM rank 0 of 4 on algo-1\n"
+                                         "WARM rank 1 of 4 on algo-1\n")
+    (tmp_path / "algo-2.log").write_text("noise WARM rank 2 of 4 on algo-2WARM rank 3 of 4 on algo-2\n\n")
+    assert warm_ranks(tmp_path) == {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
+    (tmp_path / "algo-1.log").write_text("WARM rank 0 of 4 on algo-2\n")  # in algo-1's log: refused
+    with pytest.raises(AssertionError, match="rank 0 says it runs on algo-2"):
+        warm_ranks(tmp_path)
 
 
 # -- end to end, process backend (root, and an ordinary user in CI) --------------------------------
@@ -171,6 +203,124 @@ def test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap(tmp_path: Pa
     assert not (job_dir / kept.RECORD).exists()
     gone = cli("shell", str(job_dir), "algo-2", "--", "hostname")
     assert gone.returncode == 2 and "is not a kept job" in gone.stderr and "have been reaped" in gone.stderr
+
+
+#: ``python -m emulator run`` whose ``kept.keep`` freezes the hosts and hands them off, then SIGKILLs
+#: its own emulator before the record is written: the worst moment of a kill (issue 24).
+KILLED_IN_KEEP = """\
+import os, signal, sys
+from emulator import cli, kept
+
+def keep(handle, **kwargs):
+    handle.keep()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+kept.keep = keep
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _wait_for_ready(logs: Path, hosts: int, proc: subprocess.Popen[str]) -> None:
+    """Until every host's log holds ``READY`` anywhere in it (sleeper.py: one process per host)."""
+    files = [logs / f"algo-{i}.log" for i in range(1, hosts + 1)]
+    deadline = time.monotonic() + WARM_TIMEOUT
+    while not all(f.exists() and "READY" in f.read_text(errors="replace") for f in files):
+        assert proc.poll() is None, f"the emulator exited early ({proc.returncode})"
+        assert time.monotonic() < deadline, f"no READY from {hosts} hosts in {WARM_TIMEOUT:g} s"
+        time.sleep(0.1)
+
+
+def _scratch_trees(name: str) -> list[Path]:
+    """This job's scratch trees in this test process's temp folder (tests/conftest.py: private)."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{kept.SCRATCH_PREFIX}{name[:20]}-*"))
+
+
+@pytest.mark.parametrize("moment", ["while-running", "after-freeze-before-record"])
+def test_a_job_killed_before_its_kept_record_is_still_reaped_by_job(tmp_path: Path, reaped: list[Path],
+                                                                     moment: str) -> None:
+    """A ``--keep-hosts`` run SIGKILLed before it wrote ``kept.json``: ``reap JOB_DIR`` finds what it
+    left by the job (the scratch tree names the job; the kept agent names the scratch tree) and
+    removes it all: the frozen hosts (after the freeze) and the scratch tree."""
+    name = f"kept-kill-{uuid.uuid4().hex[:6]}"
+    job_dir = tmp_path / "out" / name
+    reaped.append(job_dir)
+    prefix = ["-c", KILLED_IN_KEEP] if moment == "after-freeze-before-record" else ["-m", "emulator"]
+    proc = subprocess.Popen(
+        [sys.executable, *prefix, "run", "--entry-point", "sleeper.py", "--source-dir", str(SCRIPTS),
+         "--hosts", "2", "--max-run", "900", "--stop-grace", "2", "--keep-hosts", "--quiet",
+         "--output-dir", str(tmp_path / "out"), "--job-name", name],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    try:
+        _wait_for_ready(job_dir / "logs", 2, proc)
+        if moment == "while-running":
+            proc.kill()
+        else:
+            proc.send_signal(signal.SIGTERM)  # the stop keeps the hosts; the patched keep kills the emulator
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (job_dir / kept.RECORD).exists() and not (job_dir / "job.json").exists()
+    [scratch] = _scratch_trees(name)
+    assert not (scratch / kept.RECORD).exists()
+    if moment == "after-freeze-before-record":  # handed off: the hosts outlive their emulator
+        assert job_processes(name)
+    done = cli("reap", str(job_dir))
+    assert done.returncode == 0, done.stderr
+    assert f"removed {scratch}, left by a run of {name}" in done.stdout
+    if moment == "after-freeze-before-record":
+        assert "killed the namespace agent" in done.stdout and f"of {name} (its emulator" in done.stdout
+    assert left_after_reap(name) == {}
+    assert _scratch_trees(name) == []
+    again = cli("reap", str(job_dir))  # nothing is left: refused as any job that kept nothing
+    assert again.returncode == 2 and "is not a kept job" in again.stderr
+
+
+class _FakeDockerObject:
+    """A container or network as the docker SDK lists it: name, labels, status; records removal."""
+
+    def __init__(self, name: str, labels: dict[str, str], removed: list[str], *, network: bool = False) -> None:
+        self.name, self.labels, self.status, self._removed = name, labels, "running", removed
+        self.attrs: dict[str, Any] = {"Labels": labels, "Mounts": [], "Config": {}}
+        if network:
+            self.disconnect = lambda *a, **k: None
+
+    def kill(self) -> None:
+        self.status = "exited"
+
+    def remove(self, **_: Any) -> None:
+        self._removed.append(self.name)
+
+
+def test_docker_leftovers_of_a_killed_run_are_found_by_their_scratch_label(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker hosts outlive a SIGKILLed emulator (no agent ends them): ``reap JOB_DIR`` removes
+    the containers and network labelled with that job's scratch folder whose owner is gone, and
+    nothing of a live owner or of another scratch folder."""
+    from emulator.backends import docker as docker_backend
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    scratch = tmp_path / f"{kept.SCRATCH_PREFIX}job-abc"
+    dead = {docker_backend.LABEL_OWNER_PID: str(gone.pid), docker_backend.LABEL_OWNER_START: ""}
+    alive = dict(docker_backend.owner_labels())
+    removed: list[str] = []
+
+    def obj(name: str, folder: Path, owner: dict[str, str], network: bool = False) -> _FakeDockerObject:
+        return _FakeDockerObject(name, {docker_backend.LABEL_SCRATCH: str(folder), **owner}, removed, network=network)
+
+    containers = [obj("ours-algo-1", scratch / "backend-0", dead), obj("ours-algo-2", scratch / "backend-1", dead),
+                  obj("live-algo-1", scratch / "backend-0", alive),
+                  obj("other-algo-1", tmp_path / f"{kept.SCRATCH_PREFIX}job-abcd" / "backend-0", dead)]
+    networks = [obj("ours-net", scratch / "backend-0", dead, True),
+                obj("other-net", tmp_path / "elsewhere" / "backend-0", dead, True)]
+
+    client = SimpleNamespace(containers=SimpleNamespace(list=lambda **_: containers),
+                             networks=SimpleNamespace(list=lambda **_: networks))
+    monkeypatch.setattr(docker_backend, "_client", lambda *a, **k: client)
+    assert sorted(docker_backend.reap_scratch(scratch, owner=(0, 0))) == ["ours-algo-1", "ours-algo-2", "ours-net"]
+    assert sorted(removed) == ["ours-algo-1", "ours-algo-2", "ours-net"]
 
 
 def test_max_runtime_keeps_every_host_and_shell_enters_algo_2(tmp_path: Path, reaped: list[Path]) -> None:

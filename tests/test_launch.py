@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def _check(done: subprocess.CompletedProcess[str], s3: Path) -> None:
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert "STATUS Completed" in out
-    model_uri = next(line.split()[1] for line in out.splitlines() if line.startswith("MODEL_DATA"))
+    # the launcher's stdout also carries the hosts' streamed logs: matched anywhere, not per line
+    [model_uri] = re.findall(r"MODEL_DATA (s3://\S+)", out)
     assert model_uri.startswith("s3://sagemaker-us-west-2-123456789012/")
     # the model outlives the launcher: a file under the S3 folder, with every rank's report
     model = s3 / model_uri[len("s3://"):]

@@ -4,7 +4,6 @@ on the machine's real interfaces, and archive extraction refuses path traversal.
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 from emulator.archives import safe_extract
 
 from .conftest import import_or_skip, listening_sockets
+from .rank_output import marked_json
 
 ENV_KEY = "AKIAQAEMULATORENVKEY"
 ENV_SECRET = "env-secret-3f9a1c77e0b24d5e9a8b6c5d4e3f2a1b0c9d8e7f"
@@ -71,8 +71,7 @@ def _probe_job(tmp_path: Path, *, forward: bool) -> tuple[dict[str, dict], Path]
     found = {}
     for host in ("algo-1", "algo-2"):
         log = (out / job / "logs" / f"{host}.log").read_text(errors="replace")
-        line = next(x for x in log.splitlines() if x.startswith("PROBE "))
-        found[host] = json.loads(line[len("PROBE "):])
+        [found[host]] = marked_json(log, "PROBE ")
     return found, out / job
 
 

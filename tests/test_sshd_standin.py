@@ -14,7 +14,6 @@ stand-in alone is checked against them (CI runs this file as an ordinary user th
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -25,6 +24,8 @@ from typing import Any
 import pytest
 
 from emulator.backends import sshd
+
+from .rank_output import marked_json
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("bwrap") and shutil.which("ssh") and shutil.which("ssh-keygen") and Path(sshd.SSHD).is_file()),
@@ -101,7 +102,7 @@ out["probe"] = run([sys.executable, "-c", probe])["out"].strip()
 out["probe_wrong_key"] = run([sys.executable, "-c", probe], env={**os.environ, "HOME": "/tmp/wrong"})["out"].strip()
 status = "from sagemaker_training import mpi; print(mpi._write_status_file('127.0.0.1', '/tmp/done.algo-1'))"
 out["status_file"] = [run([sys.executable, "-c", status])["out"].strip(), os.path.exists("/tmp/done.algo-1")]
-print(json.dumps(out))
+print("DRIVER-RESULT " + json.dumps(out), flush=True)
 '''
 
 
@@ -127,7 +128,9 @@ def _sandbox(tmp_path: Path, *, standin: bool) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "PYTEST_"))}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    # sshd -D shares the sandbox's stdout: the report is found by its marker, not as the last line
+    [report] = marked_json(done.stdout, "DRIVER-RESULT ")
+    return dict(report)
 
 
 def _check(result: dict[str, Any]) -> None:

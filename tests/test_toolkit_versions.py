@@ -13,7 +13,6 @@ lack ml.p5e.48xlarge for NCCL and ml.p5/p5e.48xlarge for RDMA). The last test ru
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from emulator import plan as planning
 from emulator import request as rq
 from emulator import toolkit_model as tk
 from emulator.backends.base import Runtime
+
+from .rank_output import marked_json
 
 RC = {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "current_instance_type": "ml.p5.48xlarge",
       "current_group_name": "homogeneousCluster", "network_interface_name": "eth0",
@@ -139,7 +140,7 @@ def test_prediction_matches_what_the_real_runner_started(release: str, toolkit_5
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(toolkit_511) if release == "5.1.1" else ""}
     done = subprocess.run([sys.executable, "-c", RUNNER, str(code)], capture_output=True, text=True, env=env,
                           timeout=120)
-    seen = json.loads(next(line[5:] for line in done.stdout.splitlines() if line.startswith("ARGV ")))
+    [seen] = marked_json(done.stdout, "ARGV ")
     version = "5.1.1" if release == "5.1.1" else metadata.version("sagemaker-training")
     predicted = tk.launcher_command("process", RC, _hps("show.py"), num_gpus=0, python=sys.executable,
                                     toolkit=version)

@@ -63,6 +63,9 @@ LABEL_OWNER_PID = f"{LABEL}.owner-pid"
 LABEL_OWNER_START = f"{LABEL}.owner-start"
 LABEL_OWNER_HOST = f"{LABEL}.owner-host"
 LABEL_HELPER = f"{LABEL}.helper"
+#: The job's backend scratch folder: ``reap JOB_DIR`` finds the containers of a run killed before it
+#: wrote the kept record (:func:`reap_scratch`).
+LABEL_SCRATCH = f"{LABEL}.scratch"
 KEY_NAME = "id_rsa"  # the per-cluster root key, in job.scratch/ssh and /root/.ssh
 SHM_SIZE = "1g"  # SageMaker hosts have a large /dev/shm; docker's default 64 MB breaks DataLoader
 API_TIMEOUT = 120.0  # seconds for ordinary engine calls
@@ -534,7 +537,7 @@ class DockerBackend:
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
         client = _client()
-        labels = {LABEL_JOB: spec.job_id, **owner_labels()}
+        labels = {LABEL_JOB: spec.job_id, LABEL_SCRATCH: str(spec.scratch), **owner_labels()}
         for h in spec.hosts:
             hosts = spec.scratch / h.name / "hosts"
             hosts.parent.mkdir(parents=True, exist_ok=True)
@@ -665,6 +668,26 @@ def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
              if dead(c.labels)]
     networks = [n for n in client.networks.list(filters={"label": LABEL_JOB}) if dead(n.attrs.get("Labels") or {})]
     return remove(client, stale, networks, owner=owner)
+
+
+def reap_scratch(scratch: Path, *, owner: tuple[int, int] | None = None) -> list[str]:
+    """Remove the containers and networks of the job whose scratch tree is ``scratch`` (labelled
+    :data:`LABEL_SCRATCH` with a folder below it) and whose owning process is gone: what a run
+    killed before it wrote the kept record (or before its teardown) left. Returns the names removed."""
+    client = _client()
+    root = str(scratch).rstrip("/") + "/"
+
+    def ours(lab: Mapping[str, str]) -> bool:
+        if not (lab.get(LABEL_SCRATCH, "") + "/").startswith(root):
+            return False
+        start = lab.get(LABEL_OWNER_START) or ""
+        pid = lab.get(LABEL_OWNER_PID, "")
+        return not (pid.isdigit() and P.pid_alive(int(pid), int(start) if start.isdigit() else None))
+
+    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_SCRATCH}) if ours(c.labels)]
+    networks = [n for n in client.networks.list(filters={"label": LABEL_SCRATCH})
+                if ours(n.attrs.get("Labels") or {})]
+    return remove(client, stale, networks, owner=owner if owner is not None else (os.getuid(), os.getgid()))
 
 
 def remove_job(container_names: Iterable[str], network: str, *, owner: tuple[int, int] | None = None) -> list[str]:

@@ -58,6 +58,9 @@ HOST_START_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")
 #: On the namespace agent's command line, followed by its emulator's ``PID:START``.
 AGENT_OWNER_FLAG = "--owner"
+#: On the namespace agent's command line, followed by the job's backend scratch folder: ``reap JOB_DIR``
+#: finds a kept agent whose emulator was killed before it wrote the kept record (:mod:`emulator.kept`).
+AGENT_SCRATCH_FLAG = "--scratch"
 #: The ``PATH`` of the "image" after the interpreter's scripts (Debian's default, as in a DLC).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Variables of this machine that the "image" keeps, because the interpreter may need them.
@@ -386,7 +389,7 @@ class ProcessBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
             [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
-             AGENT_OWNER_FLAG, _owner()],
+             AGENT_SCRATCH_FLAG, str(spec.scratch), AGENT_OWNER_FLAG, _owner()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(spec, proc)

@@ -1,6 +1,13 @@
-"""Rank 3 loops in a data reader while ranks 0-2 wait in all_reduce (tests/test_stacks_jobs.py)."""
+"""Rank 3 loops in a data reader while ranks 0-2 wait in all_reduce (tests/test_stacks_jobs.py).
+
+Each rank prints ``WARM rank R of W on HOST`` with the text and the newline written apart, a pause
+between (as ``print`` under ``PYTHONUNBUFFERED=1`` does, only slower): the two ranks of a host share
+its stdout, so their markers interleave (``...on algo-2WARM rank 3...``) and the tests that read
+them must not depend on line boundaries (issue 24; tests/test_kept.py).
+"""
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -26,7 +33,11 @@ dist.init_process_group(args.backend)
 rank = dist.get_rank()
 tensor = torch.ones(4)
 step(tensor)
-print(f"WARM rank {rank} of {dist.get_world_size()} on {os.uname().nodename}", flush=True)
+sys.stdout.write(f"WARM rank {rank} of {dist.get_world_size()} on {os.uname().nodename}")
+sys.stdout.flush()
+time.sleep(0.5)  # the other rank of this host writes its marker meanwhile
+sys.stdout.write("\n")
+sys.stdout.flush()
 if rank == 3:
     load_batch()
 step(tensor)
