@@ -100,8 +100,15 @@ GROUPS = {g.name: g for g in (
           "reports the instance type's GPU memory, all free"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
+    Group("cuda-streams", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
+          "streams and events of the emulated GPUs: work on any stream has already run on the CPU (wait, "
+          "query, synchronize return at once); Event.record stamps the wall clock, elapsed_time gives ms; "
+          "record_stream does nothing"),
+    Group("cuda-nvtx", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
+          "NVTX ranges and marks draw nothing (no Nsight); while torch.profiler records, each is a "
+          "CPU-side record_function"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          'streams, events, graphs, NCCL and comm raise RuntimeError("not emulated: <call>")'),
+          'external streams, graphs, NCCL and comm raise RuntimeError("not emulated: <call>")'),
     Group("cuda-tensors", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "tensors and modules moved to a CUDA device stay on the CPU (an index past the emulated "
           "count fails as CUDA does)"),
@@ -166,13 +173,23 @@ REGISTRY: tuple[Patch, ...] = tuple([
         "reset_max_memory_cached": _NO_DEVICE, "reset_accumulated_memory_stats": _NO_DEVICE,
         "set_per_process_memory_fraction": "(fraction, device=None)", "set_sync_debug_mode": "(debug_mode)",
     }),
-    *_table("cuda-not-emulated", "torch.cuda", _TORCH, {
-        "Stream": "(device=None, priority=0, **kwargs)", "ExternalStream": "(stream_ptr, device=None, **kwargs)",
+    *_table("cuda-streams", "torch.cuda", _TORCH, {
+        "Stream": "(device=None, priority=0, **kwargs)",
         "Event": "(enable_timing=False, blocking=False, interprocess=False, external=False)",
+    }, aliases=("torch.cuda.streams",)),
+    *_table("cuda-streams", "torch.cuda", _TORCH, {
+        "current_stream": _NO_DEVICE, "default_stream": _NO_DEVICE, "set_stream": "(stream)",
+    }),
+    Patch("cuda-streams", "torch", "Tensor.record_stream", _TENSOR_DOC + "record_stream(stream)", _TORCH),
+    *_table("cuda-nvtx", "torch.cuda.nvtx", _TORCH, {
+        "range_push": "(msg)", "range_pop": "()", "range_start": "(msg)", "range_end": "(range_id)",
+        "mark": "(msg)", "range": "(msg, *args, **kwargs)",
+    }),
+    *_table("cuda-not-emulated", "torch.cuda", _TORCH, {
+        "ExternalStream": "(stream_ptr, device=None, **kwargs)",
         "CUDAGraph": "(keep_graph=False)",
         "graph": "(cuda_graph, pool=None, stream=None, capture_error_mode='global', enable_annotations=False, "
                  "check_input_liveness=False)",
-        "stream": "(stream)", "current_stream": _NO_DEVICE, "default_stream": _NO_DEVICE, "set_stream": "(stream)",
         "make_graphed_callables": "(callables, sample_args, num_warmup_iters=3, allow_unused_input=False, pool=None)",
         "graph_pool_handle": "()", "caching_allocator_alloc": "(size, device=None, stream=None)",
         "caching_allocator_delete": "(mem_ptr)",
