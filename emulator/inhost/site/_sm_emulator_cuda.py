@@ -368,5 +368,8 @@ def patch(torch: Any) -> None:
     import _sm_emulator_streams
 
     _sm_emulator_streams.patch(torch)
+    import _sm_emulator_devices
+
+    _sm_emulator_devices.patch_accelerator(torch)
     _patch_tensor(torch)
     _patch_parallel(torch)
