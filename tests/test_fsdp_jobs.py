@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import emulator
+from emulator.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "scripts"
 WORLD = 4
@@ -54,15 +55,23 @@ def _reference_losses() -> list[float]:
     return losses
 
 
-def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path) -> None:
-    result = emulator.run(entry_point="fsdp_train.py", source_dir=SCRIPTS, output_path=tmp_path, job_name="fsdp",
-                          instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
-                          distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
-                          profile="ci")
+def _run_2x2(output: Path, entry_point: str, **options: object) -> JobResult:
+    return emulator.run(entry_point=entry_point, source_dir=SCRIPTS, output_path=output, job_name=output.name,
+                        instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
+                        distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
+                        profile="ci", **options)
+
+
+def _reports(result: JobResult, prefix: str) -> dict[int, dict]:
     assert result.status == "Completed", f"{result.failure_reason}\n{result.log_tail('algo-1', 40)}"
     reports = {int(r["rank"]): r for r in (json.loads(v) for k, v in result.model_files().items()
-                                           if k.startswith("fsdp-rank-"))}
+                                           if k.startswith(prefix))}
     assert sorted(reports) == list(range(WORLD))
+    return reports
+
+
+def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path) -> None:
+    reports = _reports(_run_2x2(tmp_path / "fsdp", "fsdp_train.py"), "fsdp-rank-")
     expected = _reference_losses()
     for rank, r in reports.items():
         assert (r["accelerator"], r["accelerator_available"], r["accelerator_count"]) == ("cuda", True, 2)
@@ -78,3 +87,58 @@ def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path) -> None:
         assert fsdp2["local_shard_rows"] == 16 // WORLD  # the first Linear's 16 rows, one slice per rank
     for mode in ("ddp", "fsdp1", "fsdp2"):  # the same on every rank, exactly (an all-reduced value)
         assert len({tuple(r["modes"][mode]["losses"]) for r in reports.values()}) == 1
+
+
+def test_dcp_checkpoint_of_fsdp_v1_and_fsdp2_loads_on_the_next_run(tmp_path: Path) -> None:
+    """A sharded checkpoint written through ``torch.distributed.checkpoint`` by one 2 x 2 job (each
+    host writes its ranks' shards, algo-1 the metadata, all synced to ``checkpoint_dir``) loads in
+    the next job into a model built from another seed: the gathered parameters are the first
+    run's, for FSDP v1 (``ShardedStateDictConfig``) and FSDP2. Oracle for "the load did
+    something": the seed-1 model's parameter sum, computed here without the emulator, differs."""
+    checkpoints = tmp_path / "checkpoints"
+    first = _reports(_run_2x2(tmp_path / "dcp-save", "fsdp_checkpoint.py", checkpoint_dir=checkpoints),
+                     "checkpoint-rank-")
+    saved = {name for name in (p.relative_to(checkpoints).as_posix() for p in checkpoints.rglob("*"))
+             if name.endswith((".metadata", ".distcp"))}
+    assert saved == {f"{mode}/{name}" for mode in ("fsdp1", "fsdp2")
+                     for name in (".metadata", *(f"__{rank}_0.distcp" for rank in range(WORLD)))}
+    second = _reports(_run_2x2(tmp_path / "dcp-load", "fsdp_checkpoint.py", checkpoint_dir=checkpoints),
+                      "checkpoint-rank-")
+    torch.manual_seed(1)
+    fresh = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    fresh_sum = sum(p.detach().sum().item() for p in fresh.parameters())
+    for mode in ("fsdp1", "fsdp2"):
+        sums = {first[rank][mode]["sum"] for rank in range(WORLD)}
+        assert len(sums) == 1, (mode, first)  # the gathered full parameters: one model on every rank
+        assert [first[rank][mode]["resumed"] for rank in range(WORLD)] == [False] * WORLD
+        assert [second[rank][mode]["resumed"] for rank in range(WORLD)] == [True] * WORLD
+        for rank in range(WORLD):
+            assert second[rank][mode]["sum"] == pytest.approx(first[0][mode]["sum"], rel=1e-6), (mode, rank)
+        assert fresh_sum != pytest.approx(first[0][mode]["sum"], rel=1e-3)
+
+
+def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
+    """Lightning's ``FSDPStrategy`` on 4 emulated GPUs over 2 hosts. Oracle: single-process SGD
+    over the same dataset in blocks of world x per-rank samples (what the script's unshuffled
+    ``DistributedSampler`` slices add up to, see ``tests/scripts/lightning_fsdp.py``)."""
+    pytest.importorskip("pytorch_lightning")
+    reports = _reports(_run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py"), "lightning-fsdp-rank-")
+    tree = ast.parse((SCRIPTS / "lightning_fsdp.py").read_text())
+    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
+    samples, per_rank, lr = ast.literal_eval(assign.value)
+    generator = torch.Generator().manual_seed(1234)
+    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    expected = []
+    block = WORLD * per_rank
+    for start in range(0, samples, block):
+        loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    for rank, r in reports.items():
+        assert (r["world_size"], r["strategy"], r["root_device"]) == (WORLD, "FSDPStrategy", f"cuda:{rank % 2}")
+        assert r["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), rank
