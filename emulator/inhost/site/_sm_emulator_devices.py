@@ -18,8 +18,9 @@ Emulated:
   ``device_id``: the compute device is the CPU (where the "GPU" tensors are), after the index is
   checked as CUDA would; ``sync_module_states=True`` accepts the (CPU) tensors of the emulated GPUs
   (so a module never moved to the GPU is not refused here as it is on one); everything else
-  (sharding, the broadcast of ``sync_module_states``, state dicts, streams) is FSDP's own code on
-  the CPU, over the gloo groups that stand in for nccl.
+  (sharding, the broadcast of ``sync_module_states``, state dicts) is FSDP's own code on the CPU,
+  over the gloo groups that stand in for nccl; its device handle is the emulated ``torch.cuda``
+  (streams, events, ``synchronize``), as on a GPU.
 - FSDP2 (``fully_shard``) over ``init_device_mesh("cuda", ...)``: the mesh keeps device type
   ``cuda`` (as scripts see it), its groups are gloo; FSDP2 computes on the CPU device.
 
@@ -115,9 +116,21 @@ def patch_fsdp_module(module: ModuleType) -> None:
         return
     module._sm_emulator_fsdp = True  # type: ignore[attr-defined]
     if module.__name__ == FSDP_MODULES[0]:
-        def adjust_v1(arguments: dict[str, Any]) -> None:
+        def adjust_v1(arguments: dict[str, Any]) -> Any:
             device_id = arguments.get("device_id")
             arguments["device_id"] = _cpu_for_cuda(device_id, f"FullyShardedDataParallel(device_id={device_id!r})")
+            fsdp = arguments["self"]
+
+            def cuda_handle(_result: Any) -> None:
+                """FSDP's streams, events and synchronisation go through (emulated) ``torch.cuda``, as
+                on a GPU; ``torch.cpu``'s stand-ins lack some (``Stream.synchronize``)."""
+                import torch
+
+                handle = getattr(fsdp, "_device_handle", None)
+                if getattr(handle, "_FSDPDeviceHandle__device", None) == torch.device("cpu"):  # torch.cpu behind it
+                    fsdp._device_handle = torch.cuda
+
+            return cuda_handle
 
         patches.wrap("cuda-fsdp", module, "FullyShardedDataParallel.__init__",
                      lambda original: patches.rebinding(original, adjust_v1))
