@@ -1,12 +1,13 @@
 """Issue 26, end to end on 2 hosts x 2 emulated GPUs (nccl, torch_distributed, the real toolkit and
 torchrun): torch.accelerator, FSDP v1 (``device_id=torch.cuda.current_device()``,
-``sync_module_states``) and FSDP2 (``fully_shard`` over ``init_device_mesh("cuda", ...)``) run
-unchanged GPU code, and train as DDP does.
+``sync_module_states``), FSDP2 (``fully_shard`` over ``init_device_mesh("cuda", ...)``), their
+``torch.distributed.checkpoint`` checkpoints across two jobs, Lightning's ``FSDPStrategy`` and
+DeepSpeed ZeRO-2/3 run unchanged GPU code, and train as DDP does.
 
 Oracle: the same model, seed and global batches trained in this test process by plain single-process
-SGD on the whole batch (no emulator, no distribution): data-parallel training of equal slices with
-averaged gradients takes the same steps, so every rank's all-reduced mean loss must match it to float
-tolerance, for each strategy (``tests/scripts/fsdp_train.py``, whose constants are read here).
+SGD (AdamW for DeepSpeed) on the whole batch (no emulator, no distribution): data-parallel training
+of equal slices with averaged gradients takes the same steps, so every rank's all-reduced mean loss
+must match it to float tolerance, for each strategy (the scripts' constants are read from them).
 """
 
 from __future__ import annotations
@@ -142,3 +143,37 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     for rank, r in reports.items():
         assert (r["world_size"], r["strategy"], r["root_device"]) == (WORLD, "FSDPStrategy", f"cuda:{rank % 2}")
         assert r["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), rank
+
+
+def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-2 and ZeRO-3 (installed by the job's ``requirements.txt``, as on SageMaker's
+    PyTorch DLC, which does not ship it) with torch's AdamW on 4 emulated GPUs over 2 hosts.
+    Oracle: single-process AdamW on the whole global batch (``tests/scripts_deepspeed``)."""
+    source = SCRIPTS.parent / "scripts_deepspeed"
+    result = emulator.run(entry_point="deepspeed_zero.py", source_dir=source, output_path=tmp_path,
+                          job_name="deepspeed", instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
+                          distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
+                          profile="ci")
+    reports = _reports(result, "deepspeed-rank-")
+    tree = ast.parse((source / "deepspeed_zero.py").read_text())
+    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
+    steps, per_rank, lr = ast.literal_eval(assign.value)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(1234)
+    expected = []
+    for _ in range(steps):
+        x = torch.randn(WORLD * per_rank, 8, generator=generator)
+        y = torch.randn(WORLD * per_rank, 4, generator=generator)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    for rank, r in reports.items():
+        assert r["accelerator"] == "cuda"
+        for stage in ("2", "3"):
+            seen = r["stages"][stage]
+            assert (seen["device"], seen["zero_stage"]) == (f"cuda:{rank % 2}", int(stage))
+            assert seen["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), (rank, stage)
