@@ -64,15 +64,19 @@ def _run_2x2(output: Path, entry_point: str, **options: object) -> JobResult:
 
 
 def _reports(result: JobResult, prefix: str) -> dict[int, dict]:
-    assert result.status == "Completed", f"{result.failure_reason}\n{result.log_tail('algo-1', 40)}"
+    assert result.status == "Completed", "\n".join(
+        [str(result.failure_reason)] + [f"--- {h} ---\n{result.log_tail(h, 60)}" for h in ("algo-1", "algo-2")])
     reports = {int(r["rank"]): r for r in (json.loads(v) for k, v in result.model_files().items()
                                            if k.startswith(prefix))}
     assert sorted(reports) == list(range(WORLD))
     return reports
 
 
-def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path) -> None:
-    reports = _reports(_run_2x2(tmp_path / "fsdp", "fsdp_train.py"), "fsdp-rank-")
+@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_ready")
+    reports = _reports(_run_2x2(tmp_path / "fsdp", "fsdp_train.py", backend=backend), "fsdp-rank-")
     expected = _reference_losses()
     for rank, r in reports.items():
         assert (r["accelerator"], r["accelerator_available"], r["accelerator_count"]) == ("cuda", True, 2)
