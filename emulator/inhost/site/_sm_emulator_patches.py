@@ -26,7 +26,7 @@ bound to an original whose parameters changed, a job could complete here with a 
 differs from SageMaker's and no error (the smddp stand-in's limit checks: a script SageMaker
 rejects would pass). Every other group degrades loudly instead: a wrapper whose target is missing
 or broken is skipped (the unpatched call then fails as it would on a CPU machine: "Torch not
-compiled with CUDA", "not emulated: torch.cuda.Stream" ...), a replacement is applied anyway (it
+compiled with CUDA", "not emulated: torch.cuda.CUDAGraph" ...), a replacement is applied anyway (it
 is the emulator's own implementation and does not call the original).
 
 The README's list of patches is generated from this module (``python -m emulator.inhost.patches
