@@ -82,8 +82,8 @@ def test_fit_then_test_with_aws_environment_raises_world_size_keyerror(tmp_path:
 
 
 def test_unsupported_cuda_call_says_not_emulated(tmp_path: Path) -> None:
-    """``torch.cuda.Stream`` is outside the emulation boundary and says so."""
-    result = _run(tmp_path, "cuda_stream.py", instance_type="ml.p3.2xlarge", instance_count=1,
+    """``torch.cuda.CUDAGraph`` is outside the emulation boundary and says so."""
+    result = _run(tmp_path, "cuda_graph.py", instance_type="ml.p3.2xlarge", instance_count=1,
                   gpus_per_host=None)
     assert result.status == "Failed", _explain(result)
     assert "not emulated" in (result.failure_reason or ""), _explain(result)

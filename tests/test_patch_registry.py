@@ -67,6 +67,7 @@ def test_hooks_watch_the_registered_modules() -> None:
     assert set(hooks.LIGHTNING_DDP_MODULES) == {p.module for p in registry.entries("lightning-ddp")}
     assert set(hooks.TOOLKIT_SLEEP_MODULES) == {p.module for p in registry.entries("short-sleeps")}
     assert {hooks.TOOLKIT_TRAINING_MODULE} == {p.module for p in registry.entries("toolkit-torch-version")}
+    assert set(hooks.FSDP_MODULES) == {p.module for p in registry.entries("cuda-fsdp")}
 
 
 def test_readme_table_is_the_registry() -> None:
@@ -82,6 +83,7 @@ SNAPSHOT = r'''
 import importlib, json, sys
 owners = json.loads(sys.argv[1])
 import torch, torch.distributed, torch.utils.data.distributed
+import torch.distributed.fsdp, torch.distributed.fsdp._init_utils, torch.distributed.fsdp._fully_shard._fsdp_init
 import pytorch_lightning.strategies.ddp, lightning_fabric.strategies.ddp
 import sagemaker_training.mpi, sagemaker_training.smdataparallel, sagemaker_pytorch_container.training
 
@@ -101,8 +103,10 @@ def snapshot():  # the values themselves (compared by identity), not ids that co
     return {label: dict(vars(resolve(label))) for label in owners}
 
 before = snapshot()
-import _sm_emulator_torch, _sm_emulator_lightning, _sm_emulator_toolkit, _sm_emulator_patches
+import _sm_emulator_torch, _sm_emulator_lightning, _sm_emulator_toolkit, _sm_emulator_patches, _sm_emulator_devices
 _sm_emulator_torch.patch_torch(torch)
+for name in _sm_emulator_devices.FSDP_MODULES:
+    _sm_emulator_devices.patch_fsdp_module(sys.modules[name])
 for module in (pytorch_lightning.strategies.ddp, lightning_fabric.strategies.ddp):
     _sm_emulator_lightning.patch_ddp_module(module)
 for module in (sagemaker_training.mpi, sagemaker_training.smdataparallel):

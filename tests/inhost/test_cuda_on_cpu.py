@@ -29,8 +29,8 @@ model = torch.nn.Linear(2, 1).cuda().to("cuda:0")
 assert next(model.parameters()).device.type == "cpu"
 say("cuda-ok")
 for name, call in [
-    ("torch.cuda.Stream", lambda: torch.cuda.Stream()),
-    ("torch.cuda.Event", lambda: torch.cuda.Event()),
+    ("torch.cuda.ExternalStream", lambda: torch.cuda.ExternalStream(1)),
+    ("torch.cuda.Event.ipc_handle", lambda: torch.cuda.Event(interprocess=True).ipc_handle()),
     ("torch.cuda.CUDAGraph", lambda: torch.cuda.CUDAGraph()),
     ("torch.cuda.nccl.all_reduce", lambda: torch.cuda.nccl.all_reduce([])),
 ]:

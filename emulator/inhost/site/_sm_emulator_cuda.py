@@ -22,7 +22,10 @@ Emulated (all work happens on the CPU):
 - ``DistributedDataParallel(model, device_ids=[local_rank])`` on a CPU model: the device ids are
   dropped. ``torch.nn.DataParallel`` runs the wrapped module once, on the CPU.
 
-Not emulated (``RuntimeError("not emulated: <call>")``): streams, events, CUDA graphs,
+- Streams, events and NVTX markers: see ``_sm_emulator_streams`` (work on any stream has already
+  run on the CPU; events stamp the wall clock).
+
+Not emulated (``RuntimeError("not emulated: <call>")``): external streams, CUDA graphs,
 ``torch.cuda.nccl``, ``torch.cuda.comm``. Not patched (fail as torch on a CPU build does):
 ``torch.cuda.FloatTensor``-style legacy types, ``torch.Generator(device="cuda")``, custom CUDA
 kernels, anything in ``torch._C._cuda_*``. ``torch.device("cuda", i)`` objects themselves are
@@ -53,10 +56,9 @@ _CAPABILITY_BY_MODEL = {
     "K80": (3, 7),
 }
 
-_NOT_EMULATED_CLASSES = ("Stream", "ExternalStream", "Event", "CUDAGraph", "graph", "stream")
+_NOT_EMULATED_CLASSES = ("ExternalStream", "CUDAGraph", "graph")
 _NOT_EMULATED_FUNCTIONS = (
-    "current_stream", "default_stream", "set_stream", "make_graphed_callables",
-    "graph_pool_handle", "caching_allocator_alloc", "caching_allocator_delete",
+    "make_graphed_callables", "graph_pool_handle", "caching_allocator_alloc", "caching_allocator_delete",
 )  # fmt: skip
 _NOT_EMULATED_MODULES = ("nccl", "comm")
 
@@ -91,7 +93,7 @@ def not_emulated(call: str) -> RuntimeError:
     """The error every unsupported CUDA feature raises."""
     return RuntimeError(
         f"not emulated: {call} (sagemaker-cluster-emulator runs CUDA code on the CPU; "
-        "streams, events, graphs and NCCL calls have no CPU stand-in)"
+        "external streams, graphs and NCCL calls have no CPU stand-in)"
     )
 
 
@@ -363,5 +365,11 @@ def patch(torch: Any) -> None:
         return
     torch._sm_emulator_cuda = True
     _patch_torch_cuda(torch)
+    import _sm_emulator_streams
+
+    _sm_emulator_streams.patch(torch)
+    import _sm_emulator_devices
+
+    _sm_emulator_devices.patch_accelerator(torch)
     _patch_tensor(torch)
     _patch_parallel(torch)

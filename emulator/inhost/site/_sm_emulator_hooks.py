@@ -23,6 +23,10 @@ LIGHTNING_DDP_MODULES = (
     "lightning.fabric.strategies.ddp",
     "lightning_fabric.strategies.ddp",
 )
+#: FSDP modules whose device choice is adjusted for emulated GPUs (registry: ``cuda-fsdp``; the
+#: same tuple as ``_sm_emulator_devices.FSDP_MODULES``, which is not imported here).
+FSDP_MODULES = ("torch.distributed.fsdp.fully_sharded_data_parallel", "torch.distributed.fsdp._init_utils",
+                "torch.distributed.fsdp._fully_shard._fsdp_init")
 #: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
 TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
 #: The toolkit module whose torch import ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`` avoids
@@ -40,6 +44,12 @@ def _on_lightning(module: ModuleType) -> None:
     import _sm_emulator_lightning
 
     _sm_emulator_lightning.patch_ddp_module(module)
+
+
+def _on_fsdp(module: ModuleType) -> None:
+    import _sm_emulator_devices
+
+    _sm_emulator_devices.patch_fsdp_module(module)
 
 
 def _on_toolkit_runner(module: ModuleType) -> None:
@@ -79,6 +89,8 @@ def install() -> None:
         when_imported(TOOLKIT_TRAINING_MODULE, _on_toolkit_training)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)
+    for name in FSDP_MODULES:
+        when_imported(name, _on_fsdp)
 
 
 __all__ = ["install"]

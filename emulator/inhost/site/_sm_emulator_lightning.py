@@ -5,7 +5,7 @@ Everything else Lightning needs comes from the torch patches: ``accelerator="gpu
 work because ``torch.cuda`` reports the emulated GPUs, ``nccl`` runs on gloo, ``smddp`` is the
 stand-in backend. The one Lightning-specific change: DDP classes are told to use no CUDA device
 ids (``determine_ddp_device_ids`` returns None), because with device ids Lightning wraps DDP in a
-``torch.cuda.Stream`` (not emulated) and passes ``device_ids`` for a CPU model. The classes
+``torch.cuda.Stream`` and passes ``device_ids`` for a CPU model. The classes
 and methods patched are the ``lightning-ddp`` entries of the patch registry
 (``_sm_emulator_patches``): Lightning 2.6 (``pytorch_lightning``, ``lightning``, ``lightning_fabric``)
 and 1.5.10 (``DDPPlugin``, ``DDPSpawnPlugin``).

@@ -26,7 +26,7 @@ bound to an original whose parameters changed, a job could complete here with a 
 differs from SageMaker's and no error (the smddp stand-in's limit checks: a script SageMaker
 rejects would pass). Every other group degrades loudly instead: a wrapper whose target is missing
 or broken is skipped (the unpatched call then fails as it would on a CPU machine: "Torch not
-compiled with CUDA", "not emulated: torch.cuda.Stream" ...), a replacement is applied anyway (it
+compiled with CUDA", "not emulated: torch.cuda.CUDAGraph" ...), a replacement is applied anyway (it
 is the emulator's own implementation and does not call the original).
 
 The README's list of patches is generated from this module (``python -m emulator.inhost.patches
@@ -100,8 +100,21 @@ GROUPS = {g.name: g for g in (
           "reports the instance type's GPU memory, all free"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
+    Group("cuda-streams", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
+          "streams and events of the emulated GPUs: work on any stream has already run on the CPU (wait, "
+          "query, synchronize return at once); Event.record stamps the wall clock, elapsed_time gives ms; "
+          "record_stream does nothing"),
+    Group("cuda-nvtx", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
+          "NVTX ranges and marks draw nothing (no Nsight); while torch.profiler records, each is a "
+          "CPU-side record_function"),
+    Group("cuda-accelerator", "_sm_emulator_devices", "EMULATOR_GPU_COUNT > 0",
+          "torch.accelerator (torch's own code over these hooks) reports the emulated GPUs: current accelerator "
+          "cuda, the current device and stream are torch.cuda's, memory info is the instance type's"),
+    Group("cuda-fsdp", "_sm_emulator_devices", "EMULATOR_GPU_COUNT > 0",
+          "FSDP's compute device for a CUDA device_id (v1) or a cuda DeviceMesh (FSDP2) is the CPU, where the "
+          "tensors are; sync_module_states accepts those CPU tensors"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          'streams, events, graphs, NCCL and comm raise RuntimeError("not emulated: <call>")'),
+          'external streams, graphs, NCCL and comm raise RuntimeError("not emulated: <call>")'),
     Group("cuda-tensors", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "tensors and modules moved to a CUDA device stay on the CPU (an index past the emulated "
           "count fails as CUDA does)"),
@@ -141,6 +154,7 @@ def _table(group: str, module: str, pinned: str, entries: Mapping[str, str], **f
 
 
 _NO_DEVICE = "(device=None)"
+_INDEX_ARG = "arg0: typing.SupportsInt | typing.SupportsIndex"
 
 REGISTRY: tuple[Patch, ...] = tuple([
     *_table("cuda-devices", "torch.cuda", _TORCH, {
@@ -166,13 +180,49 @@ REGISTRY: tuple[Patch, ...] = tuple([
         "reset_max_memory_cached": _NO_DEVICE, "reset_accumulated_memory_stats": _NO_DEVICE,
         "set_per_process_memory_fraction": "(fraction, device=None)", "set_sync_debug_mode": "(debug_mode)",
     }),
-    *_table("cuda-not-emulated", "torch.cuda", _TORCH, {
-        "Stream": "(device=None, priority=0, **kwargs)", "ExternalStream": "(stream_ptr, device=None, **kwargs)",
+    *_table("cuda-streams", "torch.cuda", _TORCH, {
+        "Stream": "(device=None, priority=0, **kwargs)",
         "Event": "(enable_timing=False, blocking=False, interprocess=False, external=False)",
+    }, aliases=("torch.cuda.streams",)),
+    *_table("cuda-streams", "torch.cuda", _TORCH, {
+        "current_stream": _NO_DEVICE, "default_stream": _NO_DEVICE, "set_stream": "(stream)",
+    }),
+    Patch("cuda-streams", "torch", "Tensor.record_stream", _TENSOR_DOC + "record_stream(stream)", _TORCH),
+    *_table("cuda-nvtx", "torch.cuda.nvtx", _TORCH, {
+        "range_push": "(msg)", "range_pop": "()", "range_start": "(msg)", "range_end": "(range_id)",
+        "mark": "(msg)", "range": "(msg, *args, **kwargs)",
+    }),
+    *_table("cuda-accelerator", "torch._C", _TORCH, {
+        name: f"builtin_function_or_method: {name}({arg}) -> {result}" for name, arg, result in (
+            ("_accelerator_getAccelerator", "", "torch.device | None"),
+            ("_accelerator_getDeviceIndex", "", "int"),
+            ("_accelerator_setDeviceIndex", _INDEX_ARG, "None"),
+            ("_accelerator_exchangeDevice", _INDEX_ARG, "int"),
+            ("_accelerator_maybeExchangeDevice", _INDEX_ARG, "int"),
+            ("_accelerator_getStream", _INDEX_ARG, "torch.Stream"),
+            ("_accelerator_setStream", "arg0: torch.Stream", "None"),
+            ("_accelerator_synchronizeDevice", _INDEX_ARG, "None"),
+            ("_accelerator_getDeviceCapability", _INDEX_ARG, "dict"),
+            ("_accelerator_isAllocatorInitialized", "", "bool"),
+            ("_accelerator_getMemoryInfo", _INDEX_ARG, "tuple[int, int]"),
+            ("_accelerator_emptyHostCache", "", "None"),
+        )
+    }),
+    Patch("cuda-fsdp", "torch.distributed.fsdp.fully_sharded_data_parallel", "FullyShardedDataParallel.__init__",
+          "(self, module, process_group=None, sharding_strategy=None, cpu_offload=None, auto_wrap_policy=None, "
+          "backward_prefetch=<BackwardPrefetch.BACKWARD_PRE: 1>, mixed_precision=None, ignored_modules=None, "
+          "param_init_fn=None, device_id=None, sync_module_states=False, forward_prefetch=False, "
+          "limit_all_gathers=True, use_orig_params=False, ignored_states=None, device_mesh=None)", _TORCH, "wrap",
+          needs=("device_id",)),
+    Patch("cuda-fsdp", "torch.distributed.fsdp._init_utils", "_check_module_states_for_sync_module_states",
+          "(module_states)", _TORCH),
+    Patch("cuda-fsdp", "torch.distributed.fsdp._fully_shard._fsdp_init", "_get_device_from_mesh", "(mesh)", _TORCH,
+          "wrap", aliases=("torch.distributed.fsdp._fully_shard._fully_shard",)),
+    *_table("cuda-not-emulated", "torch.cuda", _TORCH, {
+        "ExternalStream": "(stream_ptr, device=None, **kwargs)",
         "CUDAGraph": "(keep_graph=False)",
         "graph": "(cuda_graph, pool=None, stream=None, capture_error_mode='global', enable_annotations=False, "
                  "check_input_liveness=False)",
-        "stream": "(stream)", "current_stream": _NO_DEVICE, "default_stream": _NO_DEVICE, "set_stream": "(stream)",
         "make_graphed_callables": "(callables, sample_args, num_warmup_iters=3, allow_unused_input=False, pool=None)",
         "graph_pool_handle": "()", "caching_allocator_alloc": "(size, device=None, stream=None)",
         "caching_allocator_delete": "(mem_ptr)",

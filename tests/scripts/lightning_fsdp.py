@@ -1,0 +1,51 @@
+"""Lightning's ``FSDPStrategy`` as GPU code writes it: ``accelerator="gpu"``, ``devices=SM_NUM_GPUS``,
+``num_nodes`` = the hosts, nccl. The script brings its own ``DistributedSampler(shuffle=False)``
+(``use_distributed_sampler=False``; Lightning's own would shuffle), which gives rank r the samples
+r, r + world, r + 2*world ...: each step's samples over all ranks are one contiguous block of the
+dataset. Each step's loss is gathered
+from every rank and averaged; each rank writes ``$SM_MODEL_DIR/lightning-fsdp-rank-<rank>.json``.
+"""
+
+import json
+import os
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.strategies import FSDPStrategy
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+SAMPLES, PER_RANK, LR = 64, 4, 0.1
+
+
+class Model(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        self.losses: list = []
+
+    def training_step(self, batch, batch_index):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.losses.append(self.all_gather(loss.detach()).mean().item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+generator = torch.Generator().manual_seed(1234)
+dataset = TensorDataset(torch.randn(SAMPLES, 8, generator=generator), torch.randn(SAMPLES, 4, generator=generator))
+trainer = pl.Trainer(accelerator="gpu", devices=int(os.environ["SM_NUM_GPUS"]),
+                     num_nodes=len(os.environ["SM_HOSTS"].split(",")), strategy=FSDPStrategy(),
+                     max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, logger=False,
+                     enable_model_summary=False, use_distributed_sampler=False)
+model = Model()
+sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]), rank=int(os.environ["RANK"]),
+                             shuffle=False)
+trainer.fit(model, DataLoader(dataset, batch_size=PER_RANK, sampler=sampler))
+report = {"rank": trainer.global_rank, "world_size": trainer.world_size,
+          "strategy": type(trainer.strategy).__name__, "root_device": str(trainer.strategy.root_device),
+          "losses": model.losses}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"lightning-fsdp-rank-{trainer.global_rank}.json"), "w") as f:
+    json.dump(report, f)
