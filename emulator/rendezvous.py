@@ -296,8 +296,11 @@ class RendezvousCheck(Observer):
         self.reason = None
 
     def _new(self, diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+        """The diagnostics not said yet; one per kind is kept, the latest (the most complete: a
+        collision seen with two ranks is seen again with all of them)."""
         new = [d for d in diagnostics if d not in self.found]
-        self.found += new
+        kinds = {d.kind for d in new}
+        self.found = [d for d in self.found if d.kind not in kinds] + new
         return new
 
     def on_tick(self, now: float) -> Sequence[Event]:
@@ -332,10 +335,10 @@ class RendezvousCheck(Observer):
         """What was found while the job ran, and what the reports show at the stop of a job that
         did not complete (a rank nobody asked for only when the job was stopped, i.e. hung: a job
         that failed lost its ranks for another reason)."""
-        found = list(self.found)
         if finish.status != "Completed" and finish.diag_dir.is_dir():
             asks = cohort(load(finish.diag_dir, since=self.since))
-            found += [d for d in check(asks, judge_missing=finish.status == "Stopped") if d not in found]
+            self._new(check(asks, judge_missing=finish.status == "Stopped"))
+        found = list(self.found)
         console = []
         if found and finish.status != "Completed":
             console = ["rendezvous at the stop (the diagnostics below say why it could not complete):",

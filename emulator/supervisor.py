@@ -37,7 +37,7 @@ from . import plan as planning
 from .archives import build_archive
 from .backends import get_backend
 from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken
-from .console import LogTailer, paint, table, tail
+from .console import LogTailer, display_log, paint, table, tail
 from .errors import EmulatorError
 from .inhost import protocol as P
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
@@ -283,10 +283,13 @@ class _JobRun:
             job_plan, spec = self._plan(python, scratch)
             self.framework = spec.options.get("framework")
             materialise.write_all(job_plan)
-            for h in spec.hosts:
+            for h in spec.hosts:  # the raw log (the backend's) and the display log (the tailer's)
                 h.log_path.touch()
+                display_log(h.log_path).touch()
             tailer = LogTailer({h.name: h.log_path for h in spec.hosts}, stream=self.stream, echo=self.echo,
-                               sink=self._on_line).start()
+                               sink=self._on_line,
+                               out={h.name: display_log(h.log_path) for h in spec.hosts
+                                    if display_log(h.log_path) != h.log_path}).start()
             self._enter("Training")
             self._say(f"{request.job_name}: starting {len(spec.hosts)} host(s) on the {be.name} backend, "
                       f"runner {job_plan.runner}")
@@ -331,7 +334,7 @@ class _JobRun:
             done = exits.get(h.name)
             ended = handle.hosts[h.name].poll() if handle is not None else None
             failure = materialise.host_root(self.job_dir, h.name) / "output" / "failure"
-            hosts.append(HostOutcome(h.name, done[0] if done else ended, h.log_path,
+            hosts.append(HostOutcome(h.name, done[0] if done else ended, display_log(h.log_path),
                                      done[1] if done else (clock.time() if ended else None),
                                      failure.read_text(errors="replace") if failure.exists() else None))
         if job_plan is not None:
