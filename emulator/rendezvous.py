@@ -32,6 +32,7 @@ only), ``new_group`` subgroups, torch elastic's own agent rendezvous.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ from .stacks import host_order, ranges
 MISSING_GRACE = 20.0
 #: How often (seconds) the reports are read while the job runs.
 POLL = 0.25
+#: Seconds between naming an error and stopping the job, so that ranks still on their way to the
+#: rendezvous (importing Lightning, say) are named in the FailureReason too.
+SETTLE = 3.0
 #: AWS's documented fix for Lightning under SMDDP (mpirun): the cluster environment's world size and
 #: global rank from the launcher's environment. Source:
 #: https://docs.aws.amazon.com/sagemaker/latest/dg/data-parallel-modify-sdp-pt-lightning.html
@@ -281,6 +285,7 @@ class RendezvousCheck(Observer):
         self.grace = MISSING_GRACE if grace is None else grace
         self.found: list[Diagnostic] = []
         self.reason: str | None = None
+        self.fail_at: float | None = None
         self.since = 0.0
         self.diag_dir: Path | None = None
         self.say: Callable[[str], None] = lambda _text: None
@@ -294,6 +299,7 @@ class RendezvousCheck(Observer):
         self.next_poll = 0.0
         self.found.clear()
         self.reason = None
+        self.fail_at = None
 
     def _new(self, diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
         """The diagnostics not said yet; one per kind is kept, the latest (the most complete: a
@@ -304,6 +310,8 @@ class RendezvousCheck(Observer):
         return new
 
     def on_tick(self, now: float) -> Sequence[Event]:
+        if self.fail_at is not None and now >= self.fail_at and self.reason is None:
+            self.reason = REASON_PREFIX + " | ".join(d.message for d in self.found)
         if self.diag_dir is None or now < self.next_poll or not self.diag_dir.is_dir():
             return ()
         self.next_poll = now + POLL
@@ -311,8 +319,6 @@ class RendezvousCheck(Observer):
         if not asks:
             return ()
         latest = max(a.time for a in asks)
-        import time
-
         quiet = time.time() - latest >= self.grace
         judge = quiet and self.expected is not None and len(asks) >= self.expected
         new = self._new(check(asks, judge_missing=judge))
@@ -320,9 +326,12 @@ class RendezvousCheck(Observer):
         for d in new:
             self.say(f"rendezvous error ({d.kind}): {d.message}")
             events.append(Event(time.time(), "diagnostic", None, d.kind))
-            if not self.wait and self.reason is None:
-                self.reason = REASON_PREFIX + d.message
-                self.say("stopping the job as Failed (SageMaker would wait; --wait-on-rendezvous-errors keeps that)")
+            if not self.wait and self.fail_at is None:
+                self.fail_at = now + SETTLE
+                self.say(f"stopping the job as Failed in {SETTLE:g} s (SageMaker would wait; "
+                         "--wait-on-rendezvous-errors keeps that)")
+        if self.fail_at is not None and now >= self.fail_at and self.reason is None:
+            self.reason = REASON_PREFIX + " | ".join(d.message for d in self.found)
         return events
 
     def failure_requested(self) -> str | None:
