@@ -11,11 +11,15 @@ names, at once, on the console and in ``job.json`` (``Emulator.Diagnostics``):
   or for another world size than their launcher gave them;
 - ``rendezvous-master``: processes meet at different masters (``MASTER_ADDR``/``MASTER_PORT``,
   compared after name resolution in the host, so ``algo-1`` and ``10.0.0.2`` are one master);
-- ``rendezvous-missing-rank``: a rank nobody asks for. Judged only when every process the
-  launcher started (hosts x processes per host, from the job's layout) has reported, every one of
-  them still waits, and none has reported for :data:`MISSING_GRACE` seconds; a job whose launcher
-  count is unknown (the plain process runner: a script may spawn its own ranks) is judged only at
-  the stop. A correct but slow rank therefore never trips it.
+- ``rendezvous-missing-rank``: a rank nobody asks for. Judged while the job runs only when the
+  launcher's process count is known (hosts x processes per host, from the job's layout), every
+  reported process still waits, none has reported for :data:`MISSING_GRACE` seconds, and no
+  running process of the job has the missing rank in its environment (``RANK``,
+  ``OMPI_COMM_WORLD_RANK``): a rank whose process still runs is on its way (slow, or busy before
+  its ``init_process_group``: the stacks at the stop show where), not missing. When the
+  processes cannot be read (a docker engine's), nothing is called missing while the job runs. A
+  job whose launcher count is unknown (the plain process runner: a script may spawn its own ranks)
+  is judged only at the stop of a job that was stopped.
 
 With a known fingerprint the likely cause is named: ``LOCAL_RANK`` passed as the global rank;
 Lightning computing its global rank from ``NODE_RANK`` (unset under mpirun: AWS's documented
@@ -237,13 +241,15 @@ def masters(asks: Sequence[Ask]) -> list[Diagnostic]:
                        _hosts(asks))]
 
 
-def missing(asks: Sequence[Ask]) -> list[Diagnostic]:
-    """Ranks of an agreed world that no process asks for (the caller decides whether it is time)."""
+def missing(asks: Sequence[Ask], alive: set[int] | None = None) -> list[Diagnostic]:
+    """Ranks of an agreed world that no process asks for (the caller decides whether it is time).
+    ``alive``: the launcher ranks of processes still running; a rank among them is on its way (slow,
+    or busy before its ``init_process_group``), not missing."""
     sizes = {a.world_size for a in asks}
     if len(sizes) != 1 or None in sizes:
         return []
     size = next(iter(s for s in sizes if s is not None))
-    gone = sorted(set(range(size)) - {a.rank for a in asks})
+    gone = sorted(set(range(size)) - {a.rank for a in asks} - (alive or set()))
     if not gone or any(a.state != "waiting" for a in asks):
         return []
     present = sorted(a.rank for a in asks if a.rank is not None)
@@ -253,12 +259,43 @@ def missing(asks: Sequence[Ask]) -> list[Diagnostic]:
                        "them in the rendezvous", _hosts(asks))]
 
 
-def check(asks: Sequence[Ask], *, judge_missing: bool) -> list[Diagnostic]:
-    """Every rendezvous problem of the processes in ``asks`` (one rendezvous: see :func:`cohort`)."""
+def check(asks: Sequence[Ask], *, judge_missing: bool,
+          alive: Callable[[], set[int] | None] = lambda: set()) -> list[Diagnostic]:
+    """Every rendezvous problem of the processes in ``asks`` (one rendezvous: see :func:`cohort`).
+    ``alive`` (asked only when a rank is missing): the launcher ranks of processes still running,
+    or None when they cannot be seen (then no rank is called missing)."""
     found = [*duplicates(asks), *world_sizes(asks), *masters(asks)]
-    if judge_missing and not found:
-        found += missing(asks)
+    if judge_missing and not found and missing(asks, set()):
+        running = alive()
+        if running is not None:
+            found += missing(asks, running)
     return found
+
+
+def launcher_ranks_alive(handle: Any, hosts: Sequence[str], asks: Sequence[Ask]) -> set[int] | None:
+    """The launcher ranks (``RANK``/``OMPI_COMM_WORLD_RANK`` in their environment) of the job's
+    running processes; None when they cannot be read (e.g. a docker engine's processes), which is
+    known because the waiting processes themselves are not all seen."""
+    from .inhost.protocol import proc_environ
+
+    seen: set[int] = set()
+    try:
+        for host in hosts:
+            for pid in handle.hosts[host].pids():
+                env = proc_environ(pid)
+                rank = _int(env.get("OMPI_COMM_WORLD_RANK", env.get("RANK")))
+                if rank is not None and "python" in " ".join(_cmdline(pid))[:200]:
+                    seen.add(rank)
+    except Exception:
+        return None
+    waiting = {a.launcher_rank for a in asks}
+    return seen if None not in waiting and waiting <= seen else None
+
+
+def _cmdline(pid: int) -> list[str]:
+    from .inhost.protocol import proc_cmdline
+
+    return proc_cmdline(pid)
 
 
 def expected_processes(launchers: Iterable[Sequence[str] | None]) -> int | None:
@@ -289,12 +326,14 @@ class RendezvousCheck(Observer):
         self.since = 0.0
         self.diag_dir: Path | None = None
         self.say: Callable[[str], None] = lambda _text: None
+        self.ctx: AttemptContext | None = None
         self.clock: Callable[[], float] | None = None
         self.next_poll = 0.0
         self.events: list[Event] = []
 
     def on_start(self, ctx: AttemptContext) -> None:
         self.since, self.diag_dir, self.say = ctx.wall_started - 1.0, ctx.diag_dir, ctx.say
+        self.ctx = ctx
         self.expected = ctx.expected_processes if ctx.expected_processes is not None else self.expected
         self.next_poll = 0.0
         self.found.clear()
@@ -321,7 +360,9 @@ class RendezvousCheck(Observer):
         latest = max(a.time for a in asks)
         quiet = time.time() - latest >= self.grace
         judge = quiet and self.expected is not None and len(asks) >= self.expected
-        new = self._new(check(asks, judge_missing=judge))
+        ctx = self.ctx
+        new = self._new(check(asks, judge_missing=judge and ctx is not None,
+                              alive=lambda: None if ctx is None else launcher_ranks_alive(ctx.handle, ctx.hosts, asks)))
         events = []
         for d in new:
             self.say(f"rendezvous error ({d.kind}): {d.message}")

@@ -113,14 +113,31 @@ def test_masters_that_differ(tmp_path: Path) -> None:
         assert re.search(rf"{host}:\d+ by {host} \(pid \d+, LOCAL_RANK \d+\) and {host} \(pid", message), message
 
 
+def test_a_world_larger_than_the_launchers(tmp_path: Path) -> None:
+    result, _ = run(tmp_path, "rdzv-big-world", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
+                    hyperparameters={"mode": "big-world"})
+    message = failed_with(result, "rendezvous-world-size")
+    assert message.startswith(f"every process asks for world size {HOSTS * GPUS + 1}, but the launcher started "
+                              f"a world of {HOSTS * GPUS}")
+
+
 def test_a_rank_nobody_asks_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rendezvous, "MISSING_GRACE", 3.0)
     result, _ = run(tmp_path, "rdzv-missing", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
-                    hyperparameters={"mode": "big-world"})
+                    hyperparameters={"mode": "skip-last"})
     message = failed_with(result, "rendezvous-missing-rank")
-    world = HOSTS * GPUS + 1
+    world = HOSTS * GPUS
     assert message.startswith(f"rank {world - 1} of world size {world} never called init_process_group, "
                               f"while ranks 0-{world - 2} (algo-1 and algo-2) wait")
+
+
+def test_a_slow_rank_is_not_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative example of the missing-rank check: the last rank joins well after the grace."""
+    monkeypatch.setattr(rendezvous, "MISSING_GRACE", 2.0)
+    result, _ = run(tmp_path, "rdzv-slow", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
+                    hyperparameters={"mode": "slow-last", "delay": 8})
+    assert result.status == "Completed", result.failure_reason
+    assert rdzv(result) == {}
 
 
 def test_a_correct_job_gets_no_rendezvous_diagnostic(tmp_path: Path) -> None:
@@ -168,7 +185,7 @@ def test_failing_pytorchddp_job_shows_whole_lines_and_contiguous_tracebacks(tmp_
             end = next(i for i, line in enumerate(lines) if line == f"{prefix}RuntimeError: boom on rank {rank}")
             block = lines[start:end + 1]
             assert all(line.startswith(prefix) for line in block), block  # nothing in between
-            assert [re.search(r"in (\w+)$", line).group(1) for line in block  # type: ignore[union-attr]
+            assert [re.search(r"in (\S+)$", line).group(1) for line in block  # type: ignore[union-attr]
                     if "mpi_traceback.py" in line] == ["<module>", "middle", "inner"]
 
 
