@@ -22,10 +22,15 @@ several tagged fragments, on one line (``[1,1]<stderr>:Trace[1,1]<stderr>:back``
 - each rank line is shown as ``[algo-N rank R] text``, ``algo-N`` being the rank's host as the
   tag names it (the toolkit's rewrite), else the host whose log it is.
 
-What cannot be rejoined: the toolkit prints every piece it reads as its own line, so a rank's line
-written in several pieces *and* read by the toolkit in several reads stays split over lines
-(each whole, each prefixed), and whitespace at the edges of a piece is gone (the toolkit strips
-it; e.g. a traceback's source lines lose their indentation). The raw log keeps the exact bytes.
+Inside a held traceback, Python's own layout is put back where the toolkit split it: a frame's
+source line gets its four-space indentation back, and the exception's type, ``":"`` and message
+(three pieces) become one line again.
+
+What cannot be rejoined: the toolkit prints every piece it reads as its own line, so outside
+tracebacks a rank's line written in several pieces *and* read by the toolkit in several reads
+stays split over lines (each whole, each prefixed), and whitespace at the edges of a piece is gone
+(the toolkit strips it; carets under a traceback's source line lose their column). The raw log
+keeps the exact bytes.
 """
 
 from __future__ import annotations
@@ -35,8 +40,13 @@ from dataclasses import dataclass, field
 
 #: Open MPI's tag (``[1,3]<stderr>:``) and the toolkit's rewrite of it (``[1,mpirank:3,algo-2]<stderr>:``).
 TAG = re.compile(r"\[(\d+),(?:mpirank:)?(\d+)(?:,([A-Za-z0-9_.-]+))?\]<(stdout|stderr|stddiag)>:")
-#: Seconds a traceback is held for its exception line before it is shown anyway.
-TRACEBACK_HOLD = 1.0
+#: Seconds a traceback is held for its exception line before it is shown anyway (a rank writes
+#: a traceback in many small pieces; on a loaded machine they can take a while).
+TRACEBACK_HOLD = 5.0
+#: A bare exception name (``RuntimeError``, ``torch.distributed.DistBackendError``): Python writes
+#: the exception's type, ``": "`` and its message as three pieces.
+_EXC_NAME = re.compile(r"^[A-Z_][\w]*(?:\.[A-Za-z_]\w*)*$|^(?:[a-z_]\w*\.)+[A-Z_]\w*$")
+_CARETS = re.compile(r"^[\^~]+$")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 
@@ -48,8 +58,9 @@ class _Rank:
     host: str
     partial: str = ""  # a fragment continued later on the same raw line
     after_content: bool = False  # the last thing shown for this rank was a non-empty line
-    block: list[str] = field(default_factory=list)  # a traceback being held
+    block: list[str] = field(default_factory=list)  # a traceback being held (texts, without prefix)
     block_since: float = 0.0
+    exception: bool = False  # the block's last line is the exception's bare name: ": message" may follow
 
 
 class Rejoiner:
@@ -99,18 +110,49 @@ class Rejoiner:
             text = ""
         else:
             state.after_content = True
-        shown = f"{self.prefix(key[0], key)} {text}".rstrip()
         if text.startswith(_TRACEBACK) and not state.block:
-            state.block, state.block_since = [shown], now
+            state.block, state.block_since, state.exception = [text], now, False
             return []
-        if state.block:
-            state.block.append(shown)
-            ended = text and not text[0].isspace() and not text.startswith((_TRACEBACK, *_CHAIN))
-            if ended:
-                block, state.block = state.block, []
-                return block
+        if not state.block:
+            return [self._shown(key, text)]
+        return self._in_traceback(key, state, text)
+
+    def _shown(self, key: Key, text: str) -> str:
+        return f"{self.prefix(key[0], key)} {text}".rstrip()
+
+    def _emit(self, key: Key, state: _Rank) -> list[str]:
+        block, state.block, state.exception = state.block, [], False
+        return [self._shown(key, text) for text in block]
+
+    def _in_traceback(self, key: Key, state: _Rank, text: str) -> list[str]:
+        """One more line of a held traceback. Python writes a frame's source line (after its
+        indentation) and the exception's type, ``": "`` and message as separate pieces, which the
+        toolkit may print as separate lines: they are put back together (a source line gets
+        Python's four-space indentation back; carets lose their column)."""
+        last = state.block[-1]
+        if state.exception:
+            if text == ":" and not last.endswith(":"):
+                state.block[-1] = last + ":"
+                return []
+            if last.endswith(":"):
+                state.block[-1] = f"{last} {text.lstrip(': ')}"
+                return self._emit(key, state)
+            out = self._emit(key, state)  # an exception without a message; this line is not ours
+            return out + self._line(key, state, text, state.block_since)
+        if text and not text[0].isspace():
+            if last.startswith('  File "') and not _EXC_NAME.match(text.split(":", 1)[0]):
+                state.block.append("    " + text)  # the frame's source line
+                return []
+            if _CARETS.match(text) and last.startswith("    "):
+                state.block.append("    " + text)
+                return []
+        state.block.append(text)
+        if not text or text[0].isspace() or text.startswith((_TRACEBACK, *_CHAIN)):
             return []
-        return [shown]
+        if _EXC_NAME.match(text) or text.endswith(":"):  # the type alone: ": message" may follow
+            state.exception = True
+            return []
+        return self._emit(key, state)
 
     def flush(self, now: float, *, final: bool = False) -> list[str]:
         """Held tracebacks older than :data:`TRACEBACK_HOLD` (all of them when ``final``)."""
@@ -120,6 +162,5 @@ class Rejoiner:
                 out += self._line(key, state, state.partial, now)
                 state.partial = ""
             if state.block and (final or now - state.block_since >= TRACEBACK_HOLD):
-                out += state.block
-                state.block = []
+                out += self._emit(key, state)
         return out

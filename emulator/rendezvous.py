@@ -256,7 +256,7 @@ def missing(asks: Sequence[Ask], alive: set[int] | None = None) -> list[Diagnost
     return [Diagnostic("rendezvous-missing-rank",
                        f"rank{'s' if len(gone) > 1 else ''} {ranges(gone)} of world size {size} never called "
                        f"init_process_group, while ranks {ranges(present)} ({_and(list(_hosts(asks)))}) wait for "
-                       "them in the rendezvous", _hosts(asks))]
+                       f"{'them' if len(gone) > 1 else 'it'} in the rendezvous", _hosts(asks))]
 
 
 def check(asks: Sequence[Ask], *, judge_missing: bool,
@@ -359,7 +359,7 @@ class RendezvousCheck(Observer):
             return ()
         latest = max(a.time for a in asks)
         quiet = time.time() - latest >= self.grace
-        judge = quiet and self.expected is not None and len(asks) >= self.expected
+        judge = quiet and self.expected is not None  # the launcher (and so each rank's RANK) is known
         ctx = self.ctx
         new = self._new(check(asks, judge_missing=judge and ctx is not None,
                               alive=lambda: None if ctx is None else launcher_ranks_alive(ctx.handle, ctx.hosts, asks)))
