@@ -7,7 +7,7 @@ the call starts (``"state": "waiting"``) and again when it returns (``"joined"``
 raises stays ``"waiting"`` (its process usually ends, which ends its host). It holds the rank and
 world size asked for (the arguments, else ``RANK`` / ``WORLD_SIZE`` as torch's ``env://`` reads
 them), the backend asked for, the master (from a ``tcp://`` init method, else ``MASTER_ADDR`` /
-``MASTER_PORT``, with the address resolved through the host's ``/etc/hosts``), the host, the pid,
+``MASTER_PORT``, with the address resolved through the host's ``/etc/hosts``, never DNS), the host, the pid,
 ``LOCAL_RANK`` and the launchers' variables (torchrun's, Open MPI's, ``NODE_RANK``), and whether
 Lightning is imported. The emulator's ``emulator.rendezvous`` reads these files while the job runs.
 
@@ -60,12 +60,24 @@ def _master(init_method: Any, store: Any) -> tuple[str | None, str | None]:
 
 
 def _resolve(address: str | None) -> str | None:
+    """``address`` as an IP through the host's ``/etc/hosts`` (where every ``algo-N`` is), never
+    through DNS (no network wait before the rendezvous); unchanged when not listed there."""
     if not address or address == "store" or "://" in address:
         return address
     try:
-        return socket.gethostbyname(address)  # /etc/hosts first: no network round trip for algo-N
-    except OSError:
+        socket.inet_aton(address)
         return address
+    except OSError:
+        pass
+    try:
+        with open("/etc/hosts") as hosts:
+            for line in hosts:
+                fields = line.split("#", 1)[0].split()
+                if len(fields) > 1 and address in fields[1:]:
+                    return fields[0]
+    except OSError:
+        pass
+    return address
 
 
 def _write(directory: Path, record: dict[str, Any]) -> None:
