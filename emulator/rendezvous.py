@@ -214,7 +214,7 @@ def world_sizes(asks: Sequence[Ask]) -> list[Diagnostic]:
         return []
     local = sorted({a.local_size for a in group if a.local_size is not None})
     what = (f"ranks {ranges(sorted({a.rank for a in outside if a.rank is not None}))} "
-            f"({_and([a.host for a in outside])}) are outside it" if outside else "")
+            f"({_and(list(_hosts(outside)))}) are outside it" if outside else "")
     if launcher and launcher != [size]:
         what += f"{'; ' if what else ''}the launcher started a world of {ranges(launcher)}"
     cause = (f": WORLD_SIZE looks taken from one host's GPU count ({size}); the world is hosts x GPUs per host"

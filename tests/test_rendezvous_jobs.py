@@ -100,7 +100,13 @@ def test_world_size_from_one_hosts_gpu_count(tmp_path: Path) -> None:
                     hyperparameters={"mode": "gpu-world"})
     message = failed_with(result, "rendezvous-world-size")
     outside = list(range(GPUS, HOSTS * GPUS))  # the ranks past one host's GPU count
-    assert f"every process asks for world size {GPUS}, but ranks {outside[0]}-{outside[-1]} " in message
+    found = re.search(r"^every process asks for world size (\d+), but ranks ([\d, -]+) \(([^)]*)\) are outside it",
+                      message)
+    assert found is not None, message
+    named = {int(n) for part in found.group(2).split(", ")
+             for n in (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))}
+    assert (int(found.group(1)), named) == (GPUS, set(outside))
+    assert found.group(3) == " and ".join(sorted({f"algo-{r // GPUS + 1}" for r in outside}))
     assert f"the launcher started a world of {HOSTS * GPUS}" in message
     assert "WORLD_SIZE looks taken from one host's GPU count" in message
 
