@@ -89,6 +89,10 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                         "(default: sorted lexicographically, as SageMaker documents)")
     p.add_argument("--smddp-strict", action="store_true",
                    help="the SMDDP stand-in refuses what it only infers SMDDP does not support (default: warns)")
+    p.add_argument("--wait-on-rendezvous-errors", action="store_true",
+                   help="leave a job whose rendezvous cannot complete (duplicate ranks, world sizes or masters "
+                        "that differ, a missing rank) waiting, as SageMaker does (default: name the error and "
+                        "stop the job as Failed)")
 
 
 def _channels(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,7 +121,7 @@ def _request(args: argparse.Namespace) -> Any:
         forward_aws_credentials=args.forward_aws_credentials,
         short_toolkit_sleeps=args.short_toolkit_sleeps, fast_start=args.fast_start, pass_env=args.pass_env,
         host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
-        smddp_strict=args.smddp_strict,
+        smddp_strict=args.smddp_strict, wait_on_rendezvous_errors=args.wait_on_rendezvous_errors,
         framework_version=args.framework_version, py_version=args.py_version,
         profile=args.profile)
 

@@ -52,7 +52,7 @@ class _Process:
 def _load(diag_dir: Path) -> tuple[list[_Process], list[Diagnostic]]:
     processes: list[_Process] = []
     problems: list[Diagnostic] = []
-    other = (P.COLLECTIVES_PREFIX, P.EXIT_PREFIX, P.STACKS_PREFIX)  # records of other observers
+    other = (P.COLLECTIVES_PREFIX, P.EXIT_PREFIX, P.STACKS_PREFIX, P.RDZV_PREFIX)  # records of other observers
     for path in sorted(p for p in diag_dir.glob("*.json") if not p.name.startswith(other)):
         try:
             data = json.loads(path.read_text())

@@ -8,7 +8,8 @@ signals and ``exec_argv``).
 
 Order of calls per attempt::
 
-    on_start(ctx) → (on_line(host, line) from the log thread | on_tick(now))* →
+    on_start(ctx) → (on_line(host, line) from the log thread | on_tick(now), restart_requested(),
+    failure_requested())* →
     [before_stop(reason), when the supervisor stops hosts that still run] → on_end(now)
 
 and after the last attempt, while the job's scratch folder (with the ranks' diagnostics records)
@@ -21,7 +22,7 @@ hook must not raise: the supervisor logs an observer's exception as a diagnostic
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ class StopReason(str, enum.Enum):
     STOP_REQUEST = "stop-request"  # StopTrainingJob (SDK session) or the API's stop event
     INTERRUPT = "interrupt"  # Ctrl-C or SIGTERM to the emulator
     SPOT = "spot"  # a spot interruption (the job restarts)
+    DIAGNOSIS = "diagnosis"  # an observer named an error the job cannot recover from (a rendezvous error)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,11 @@ class AttemptContext:
     diag_dir: Path  # this machine's path of the hosts' EMULATOR_DIAG_DIR
     started: float  # the supervisor's monotonic clock when the hosts started
     wall_started: float  # time.time() then
+    #: Print a line on the job's console now (``[emulator] …``; nothing when the job is quiet).
+    say: Callable[[str], None] = field(default=lambda _text: None, compare=False)
+    #: How many rank processes the toolkit's launchers start, from the job's layout (hosts x
+    #: processes per host); None when unknown (the plain process runner: a script may spawn ranks).
+    expected_processes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,16 @@ class Observer:
     def restart_requested(self) -> bool:
         """True to make the supervisor stop every host and start the job again (spot)."""
         return False
+
+    def failure_requested(self) -> str | None:
+        """A ``FailureReason`` to make the supervisor stop every host and end the job ``Failed`` now
+        (an error the job cannot recover from, such as a broken rendezvous); None to go on."""
+        return None
+
+    def deviations(self) -> list[str]:
+        """Sentences for ``Emulator.Deviations``: what this observer made the job do that SageMaker
+        would not have (asked once the job has ended)."""
+        return []
 
     def before_stop(self, reason: StopReason) -> Sequence[Event]:
         """Hosts that still run are about to get SIGTERM (then SIGKILL after the grace)."""

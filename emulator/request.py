@@ -131,6 +131,9 @@ class JobRequest:
     host_order: tuple[str, ...] | None = None
     #: The SMDDP stand-in refuses what it only infers SMDDP does not support (default: warns).
     smddp_strict: bool = False
+    #: Leave a job whose rendezvous cannot complete waiting, as SageMaker does (default: the
+    #: emulator names the error and stops the job as Failed; see :mod:`emulator.rendezvous`).
+    wait_on_rendezvous_errors: bool = False
     #: The estimator's ``framework_version``/``py_version`` (SDK v2 sends them as the DLC
     #: ``image_uri`` instead, which :attr:`framework` reads); ``"current"``: today's torch.
     framework_version: str | None = None
@@ -263,6 +266,7 @@ def create(
     pass_env: Sequence[str] = (),
     host_order: Sequence[str] | None = None,
     smddp_strict: bool = False,
+    wait_on_rendezvous_errors: bool = False,
     framework_version: str | None = None,
     py_version: str | None = None,
     profile: str = "exact",
@@ -337,6 +341,7 @@ def create(
         pass_env=_names(pass_env, "pass_env"),
         host_order=None if host_order is None else _host_names(host_order, groups),
         smddp_strict=smddp_strict,
+        wait_on_rendezvous_errors=wait_on_rendezvous_errors,
         framework_version=framework_version,
         py_version=py_version,
         profile=profile,
@@ -541,6 +546,10 @@ def validate(request: JobRequest) -> None:
         raise RequestError("smddp_strict", f"{names} has no SMDDP (only the GPU images ship smdistributed), "
                            "so there is nothing to be strict about",
                            allowed="a GPU instance type (ml.g*, ml.p*), or leave smddp_strict off")
+    if not isinstance(request.wait_on_rendezvous_errors, bool):
+        raise RequestError("wait_on_rendezvous_errors",
+                           f"must be true or false, got {request.wait_on_rendezvous_errors!r}",
+                           allowed="true (leave the job waiting, as SageMaker) or false (stop it as Failed)")
     if len(request.environment) > 100:
         raise RequestError("Environment", "more than 100 entries; SageMaker allows at most 100")
     profiles.get(request.profile)

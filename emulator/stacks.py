@@ -68,7 +68,7 @@ SETTLE = 0.06
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK")
 #: Reasons the capture runs for (a spot interruption restarts the job: nothing to debug).
 CAPTURE_REASONS = frozenset({StopReason.FAIL_FAST, StopReason.MAX_RUNTIME, StopReason.STOP_REQUEST,
-                             StopReason.INTERRUPT})
+                             StopReason.INTERRUPT, StopReason.DIAGNOSIS})
 HEADER = re.compile(r"^# sm-emulator-stacks pid=(\d+) main=(0x[0-9a-f]+) rank=(\S+) local=(\S+)(?: start=([\d.]+))?",
                     re.MULTILINE)
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[[^\]]*\])? \(most recent call first\):")

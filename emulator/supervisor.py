@@ -37,7 +37,7 @@ from . import plan as planning
 from .archives import build_archive
 from .backends import get_backend
 from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken
-from .console import LogTailer, paint, table, tail
+from .console import LogTailer, display_log, paint, table, tail
 from .errors import EmulatorError
 from .inhost import protocol as P
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
@@ -112,13 +112,14 @@ class AttemptResult:
 
 
 def decide(exits: Mapping[str, P.HostExit], host_count: int, *, now: float, deadline: float,
-           stop_requested: bool, restart_requested: bool) -> Outcome | None:
+           stop_requested: bool, restart_requested: bool, failure_requested: bool = False) -> Outcome | None:
     """The supervisor's policy: how the attempt ends now, or None to keep watching.
 
-    A failed host fails the job at once; every host exited 0 completes it; then a restart
-    request (spot), a stop request and the deadline (MaxRuntimeInSeconds) stop it, in that order.
+    A failed host, or an observer's failure request (a rendezvous error), fails the job at once;
+    every host exited 0 completes it; then a restart request (spot), a stop request and the
+    deadline (MaxRuntimeInSeconds) stop it, in that order.
     """
-    if any(not e.ok for e in exits.values()):
+    if any(not e.ok for e in exits.values()) or failure_requested:
         return Outcome.FAILED
     if len(exits) == host_count:
         return Outcome.COMPLETED
@@ -183,18 +184,20 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
-    """Faults (when any), topology diagnostics, toolkit-quirk warnings, stack capture at stop,
+    """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture at stop,
     collectives out of step, quiet failures, and the timeline (last: it draws every event)."""
     from .collectives import CollectiveCheck
     from .diagnostics import TopologyObserver
     from .faults import FaultObserver
     from .quiet import QuietFailures
     from .quirks import QuirkObserver
+    from .rendezvous import RendezvousCheck
     from .smddp import SmddpNotes
     from .stacks import StackCapture
     from .timeline import Timeline
 
-    return [*([FaultObserver(faults)] if faults else []), TopologyObserver(), QuirkObserver(request.hyperparameters),
+    return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
+            RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
             StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request),
             Timeline(request.job_name, png=speedups(request).timeline_png)]
 
@@ -229,6 +232,8 @@ class _JobRun:
         #: What the backend's ``prepare`` warned about, and the framework that ran (the spec's).
         self.prepare_warnings: list[str] = []
         self.framework: dict[str, Any] | None = None
+        #: An observer's FailureReason for a job it asked to fail (a rendezvous error).
+        self.requested_failure: str | None = None
 
     # -- observers -------------------------------------------------------------------------------
     def _notify(self, hook: str, *args: Any) -> None:
@@ -278,10 +283,13 @@ class _JobRun:
             job_plan, spec = self._plan(python, scratch)
             self.framework = spec.options.get("framework")
             materialise.write_all(job_plan)
-            for h in spec.hosts:
+            for h in spec.hosts:  # the raw log (the backend's) and the display log (the tailer's)
                 h.log_path.touch()
+                display_log(h.log_path).touch()
             tailer = LogTailer({h.name: h.log_path for h in spec.hosts}, stream=self.stream, echo=self.echo,
-                               sink=self._on_line).start()
+                               sink=self._on_line,
+                               out={h.name: display_log(h.log_path) for h in spec.hosts
+                                    if display_log(h.log_path) != h.log_path}).start()
             self._enter("Training")
             self._say(f"{request.job_name}: starting {len(spec.hosts)} host(s) on the {be.name} backend, "
                       f"runner {job_plan.runner}")
@@ -301,8 +309,12 @@ class _JobRun:
             self.events += [Event(clock.time(), "host-start", h.name) for h in spec.hosts]
             self.diag_dir = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR),
                                  scratch / "diagnostics")
+            from .rendezvous import expected_processes
+
             self._notify("on_start", AttemptContext(number, handle, tuple(h.name for h in spec.hosts),
-                                                    self.diag_dir, started, clock.time()))
+                                                    self.diag_dir, started, clock.time(), say=self._say,
+                                                    expected_processes=expected_processes(
+                                                        h.launcher for h in job_plan.hosts)))
             outcome, first = self._watch(handle, exits)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI
             interrupted, outcome = exc, Outcome.STOPPED
@@ -322,7 +334,7 @@ class _JobRun:
             done = exits.get(h.name)
             ended = handle.hosts[h.name].poll() if handle is not None else None
             failure = materialise.host_root(self.job_dir, h.name) / "output" / "failure"
-            hosts.append(HostOutcome(h.name, done[0] if done else ended, h.log_path,
+            hosts.append(HostOutcome(h.name, done[0] if done else ended, display_log(h.log_path),
                                      done[1] if done else (clock.time() if ended else None),
                                      failure.read_text(errors="replace") if failure.exists() else None))
         if job_plan is not None:
@@ -344,9 +356,12 @@ class _JobRun:
                         first = FirstFailure(name, ended, clock.time())
                         self.events.append(Event(first.time, "first-failure", name, ended.describe()))
             self._notify("on_tick", clock.monotonic())
+            if self.requested_failure is None:
+                self.requested_failure = next((r for r in (o.failure_requested() for o in self.observers) if r), None)
             outcome = decide({n: e for n, (e, _) in exits.items()}, len(handle.hosts), now=clock.monotonic(),
                              deadline=self.deadline, stop_requested=self.stop.is_set(),
-                             restart_requested=any(o.restart_requested() for o in self.observers))
+                             restart_requested=any(o.restart_requested() for o in self.observers),
+                             failure_requested=self.requested_failure is not None)
             if outcome is None:
                 clock.sleep(POLL_INTERVAL)
                 continue
@@ -368,11 +383,14 @@ class _JobRun:
         elif outcome is Outcome.MAX_RUNTIME:
             self._enter("Stopping")
             self._say(f"MaxRuntimeInSeconds ({self.request.max_runtime_seconds}) exceeded: {stopping}")
+        reason = STOP_REASONS[outcome]
+        if outcome is Outcome.FAILED and self.requested_failure is not None and first_failed(exits) is None:
+            reason = StopReason.DIAGNOSIS
         if any(name not in exits for name in handle.hosts):
-            self.events.append(Event(self.clock.time(), "stop", None, STOP_REASONS[outcome].value))
-            self._notify("before_stop", STOP_REASONS[outcome])
+            self.events.append(Event(self.clock.time(), "stop", None, reason.value))
+            self._notify("before_stop", reason)
             if outcome is not Outcome.INTERRUPTED:
-                self._keep(handle, STOP_REASONS[outcome])
+                self._keep(handle, reason)
         handle.teardown(grace)
 
     def _keep(self, handle: JobHandle, reason: StopReason) -> None:
@@ -417,14 +435,19 @@ class _JobRun:
         out_dir = self.job_dir / "output"
         model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
-        failure_reason = _failure_reason(hosts, last.first_failure) if last.outcome is Outcome.FAILED else None
+        failure_reason = None
+        if last.outcome is Outcome.FAILED:
+            failure_reason = (self.requested_failure[:FAILURE_REASON_LIMIT]
+                              if self.requested_failure is not None and last.first_failure is None
+                              else _failure_reason(hosts, last.first_failure))
         self._enter(last.outcome.secondary)
         self.transitions.close()
         merged = _merge(reports)
         diagnostics = [*merged.diagnostics, *self.observer_errors]
         end = clock.time()
         spot = sum(a.outcome is Outcome.INTERRUPTED for a in attempts)
-        description = _describe(request, self.transitions, created, end, last, hosts, diagnostics, self.be.name)
+        description = _describe(request, self.transitions, created, end, last, hosts, diagnostics, self.be.name,
+                                failure_reason)
         if spot:  # billed for training time only, across the attempts
             description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
         if self.ran_image and request.image_uri is None:  # SageMaker echoes the requested image; none was
@@ -434,7 +457,8 @@ class _JobRun:
             "SpotInterruptions": spot,
             "Faults": [],
             "Warnings": [*self.prepare_warnings, *merged.warnings],
-            "Deviations": deviations.for_request(request, self.framework, self.be.name),
+            "Deviations": [*deviations.for_request(request, self.framework, self.be.name),
+                           *(d for o in self.observers for d in _observer_deviations(o))],
             "Framework": self.framework,
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
@@ -511,6 +535,18 @@ def _progress(out: TextIO) -> Callable[[str], None]:
     return say
 
 
+def first_failed(exits: Mapping[str, Any]) -> str | None:
+    """The first host (in ``exits``' order) that exited non-zero, or None."""
+    return next((name for name, (e, _) in exits.items() if not e.ok), None)
+
+
+def _observer_deviations(observer: Observer) -> list[str]:
+    try:
+        return list(observer.deviations())
+    except Exception:  # an observer must never break the job
+        return []
+
+
 def _merge(reports: Sequence[Report]) -> Report:
     merged = Report()
     for r in reports:
@@ -534,7 +570,7 @@ def _failure_reason(hosts: Sequence[HostOutcome], first: FirstFailure | None) ->
 
 def _describe(request: JobRequest, transitions: _Transitions, created: float, end: float,
               last: AttemptResult, hosts: Sequence[HostOutcome], diagnostics: Sequence[Diagnostic],
-              backend: str) -> dict[str, Any]:
+              backend: str, failure_reason: str | None = None) -> dict[str, Any]:
     start = next((t.start for t in transitions.transitions if t.status == "Downloading"), created)
     seconds = max(1, round(end - start))
     first = last.first_failure
@@ -555,7 +591,7 @@ def _describe(request: JobRequest, transitions: _Transitions, created: float, en
     model = request.job_dir / "output" / "model.tar.gz"
     d["ModelArtifacts"] = {"S3ModelArtifacts": model.as_uri() if model.exists() else None}
     if last.outcome is Outcome.FAILED:
-        d["FailureReason"] = _failure_reason(hosts, first)
+        d["FailureReason"] = failure_reason or _failure_reason(hosts, first)
     d["Emulator"] = {
         "Backend": backend,
         "Runner": last.runner,

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..console import RAW_SUFFIX
 from ..errors import BackendUnavailable
 from ..inhost import protocol as P
 from ..toolkit_model import TOOLKIT_VERSION
@@ -525,7 +526,7 @@ class DockerBackend:
             launches.append(HostLaunch(
                 name=host.name, address=addresses[host.name], command=tuple(host.command), env=env,
                 workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
-                log_path=logs / f"{host.name}.log", argv=(*entrypoint, *host.command), image=image,
+                log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=(*entrypoint, *host.command), image=image,
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
                         "sagemaker-emulator.job-name": plan.request.job_name}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..console import RAW_SUFFIX
 from ..errors import BackendUnavailable, EmulatorError, RequestError
 from ..inhost import ROOT as INHOST_ROOT
 from ..inhost import protocol as P
@@ -363,7 +364,7 @@ class ProcessBackend:
             mounts = (*host_mounts(plan, host.name), diag)
             partial = HostLaunch(name=host.name, address=addresses[host.name], command=tuple(host.command),
                                  env=env, workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
-                                 log_path=logs / f"{host.name}.log", argv=())
+                                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=())
             argv = bwrap_argv(partial, scratch)
             launches.append(HostLaunch(**{**partial.__dict__, "argv": tuple(argv)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),

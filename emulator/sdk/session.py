@@ -27,7 +27,7 @@ from typing import Any
 import boto3
 from sagemaker.session import Session, _check_job_status
 
-from ..console import LogTailer
+from ..console import RAW_SUFFIX, LogTailer
 from ..inhost import protocol as P
 from .client import EmulatorSageMakerClient
 from .s3 import ACCOUNT, S3Store, default_store
@@ -73,7 +73,8 @@ class EmulatorSession(Session):
         job = self.emulator_client.wait(job_name, timeout=0)
         logs = job.job_dir / "logs"
         request = job.translated.request if job.translated else None
-        hosts = request.hosts if request else sorted(p.stem for p in logs.glob("algo-*.log"))
+        hosts = request.hosts if request else sorted(
+            p.stem for p in logs.glob("algo-*.log") if not p.name.endswith(RAW_SUFFIX))
         tailer = LogTailer({h: logs / f"{h}.log" for h in hosts}, stream=sys.stdout, echo=echo)
         if wait:
             tailer.start()

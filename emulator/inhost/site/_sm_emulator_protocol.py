@@ -68,6 +68,9 @@ SSH_PORT = 22
 STACKS_PREFIX = "stacks-"
 COLLECTIVES_PREFIX = "coll-"
 EXIT_PREFIX = "exit-"
+#: What a process asked ``init_process_group`` for, written before it blocks in the rendezvous
+#: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.rendezvous``).
+RDZV_PREFIX = "rdzv-"
 #: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
 #: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND

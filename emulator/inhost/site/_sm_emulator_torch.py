@@ -6,7 +6,8 @@
   ``device_id=cuda:i`` and ``barrier(device_ids=...)`` are dropped for gloo groups.
 - ``"smddp"`` is *not* translated here: as on SageMaker, it exists once
   ``smdistributed.dataparallel.torch.torch_smddp`` has been imported (our stand-in registers it).
-- Rank diagnostics (``EMULATOR_DIAG_DIR``): process-group and ``DistributedSampler`` records.
+- Rank diagnostics (``EMULATOR_DIAG_DIR``): process-group and ``DistributedSampler`` records, and
+  the rendezvous report each ``init_process_group`` writes before it blocks (``_sm_emulator_rendezvous``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import _sm_emulator_cuda
 import _sm_emulator_diag
 import _sm_emulator_patches as patches
+import _sm_emulator_rendezvous
 from _sm_emulator_log import log_once
 
 
@@ -56,6 +58,7 @@ def _patch_distributed(torch: Any) -> None:
 
     def adjust_init(arguments: dict[str, Any]) -> Any:
         requested = arguments.get("backend")
+        joined = _sm_emulator_rendezvous.report(arguments)  # before the rendezvous blocks
         if emulate_gpus:
             backend = translate_backend(requested)
             if backend != requested:
@@ -70,7 +73,7 @@ def _patch_distributed(torch: Any) -> None:
                 "backend 'smddp' is registered by `import "
                 "smdistributed.dataparallel.torch.torch_smddp` (as on SageMaker)",
             )
-        return lambda _result: _sm_emulator_diag.record_process_group(dist, requested)
+        return lambda result: (joined(result), _sm_emulator_diag.record_process_group(dist, requested))
 
     def adjust_barrier(arguments: dict[str, Any]) -> None:
         device_ids = arguments.get("device_ids")
