@@ -184,9 +184,11 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
     """Faults (when any), topology diagnostics, toolkit-quirk warnings, stack capture at stop,
-    collectives out of step, quiet failures, and the timeline (last: it draws every event)."""
+    collectives out of step, quiet failures, deaths at interpreter exit, and the timeline (last: it
+    draws every event)."""
     from .collectives import CollectiveCheck
     from .diagnostics import TopologyObserver
+    from .exitdeaths import ExitDeaths
     from .faults import FaultObserver
     from .quiet import QuietFailures
     from .quirks import QuirkObserver
@@ -195,7 +197,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     from .timeline import Timeline
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(), QuirkObserver(request.hyperparameters),
-            StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request),
+            StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), SmddpNotes(request),
             Timeline(request.job_name, png=speedups(request).timeline_png)]
 
 
