@@ -79,6 +79,21 @@ def test_correct_endings_complete_on_the_docker_backend(sagemaker_job: Any, name
     _run_corpus(sagemaker_job, name, "docker")
 
 
+def test_lightning_fit_ends_completed(sagemaker_job: Any) -> None:
+    """Lightning's own teardown (an atexit destroy, registered after init_process_group, so it runs
+    before the emulator's): no abort, and no NCCL warning, as Lightning destroyed the group."""
+    pytest.importorskip("pytorch_lightning")
+    result = sagemaker_job(entry_point="lightning_ending.py", source_dir=SCRIPTS, instance_type="ml.p4d.24xlarge",
+                           instance_count=2, gpus_per_host=1, distribution={"torch_distributed": {"enabled": True}},
+                           stop_grace=2)
+    assert result.status == "Completed", (result.failure_reason, result.log_tail("algo-1", 40))
+    fits = {name: json.loads(data) for name, data in result.model_files().items() if name.startswith("fit-")}
+    assert sorted(fits) == ["fit-0.json", "fit-1.json"] and all(f["world"] == 2 for f in fits.values())
+    logs = result.log("algo-1") + result.log("algo-2")
+    assert re.findall("terminate called without an active exception", logs) == []
+    assert re.findall(re.escape(NCCL_NOT_DESTROYED), logs) == []
+
+
 ABORT_AT_EXIT = """\
 import atexit
 import os
