@@ -141,3 +141,31 @@ def test_a_script_that_fails_before_its_end_is_not_a_death_at_exit(sagemaker_job
     result = sagemaker_job(entry_point="train.py", source_dir=src, instance_type="ml.m5.xlarge")
     assert result.status == "Failed"
     assert [d for d in result.diagnostics if d.kind == KIND] == []
+
+
+#: ``ended-`` file of a rank that gloo's teardown aborted (recorded from a real torchrun run of a gloo
+#: script without destroy_process_group(), torch 2.13 CPU; the abort cannot be triggered on demand).
+GLOO_ABORT = """\
+{"host": "algo-1", "pid": 61, "time": 10.0, "rank": "3", "argv": ["train.py"]}
+Fatal Python error: Aborted
+
+Thread 0x00007ff6b606cb80 (most recent call first):
+  <no Python frame>
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_a_gloo_abort_in_a_cpp_thread_is_explained(tmp_path: Path) -> None:
+    from emulator import exitdeaths
+
+    (tmp_path / "ended-algo-1-61.txt").write_text(GLOO_ABORT)
+    (tmp_path / "ended-algo-1-62.txt").write_text('{"host": "algo-1", "pid": 62, "time": 10.0, "rank": "2"}\n')
+    log = tmp_path / "algo-1.log"
+    log.write_text("[1,0]<stdout>:ok\nterminate called without an active exception\n")
+    records = exitdeaths.load(tmp_path)
+    assert [(r["pid"], r["fatal"], r["where"]) for r in records] == [(61, "Aborted", None)]  # 62 ended cleanly
+    (found,) = exitdeaths.explain(records, {"algo-1": log})
+    assert found.hosts == ("algo-1",) and "rank 3 (pid 61, `train.py`)" in found.message
+    assert "a C++ thread" in found.message and f"1 × '{exitdeaths.TERMINATE}' in {log}" in found.message
+    assert "call destroy_process_group()" in found.message
