@@ -184,10 +184,12 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
-    """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture at stop,
-    collectives out of step, quiet failures, and the timeline (last: it draws every event)."""
+    """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture
+    at stop, collectives out of step, quiet failures, deaths at interpreter exit, and the timeline (last:
+    it draws every event)."""
     from .collectives import CollectiveCheck
     from .diagnostics import TopologyObserver
+    from .exitdeaths import ExitDeaths
     from .faults import FaultObserver
     from .quiet import QuietFailures
     from .quirks import QuirkObserver
@@ -198,7 +200,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
-            StackCapture(), CollectiveCheck(), QuietFailures(), SmddpNotes(request),
+            StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), SmddpNotes(request),
             Timeline(request.job_name, png=speedups(request).timeline_png)]
 
 

@@ -136,7 +136,8 @@ def test_constants_match_the_protocol() -> None:
         sys.path.remove(str(SITE))
     assert (_sm_emulator_stacks.STACKS_SIGNAL, _sm_emulator_stacks.STACKS_PREFIX, _sm_emulator_stacks.ENV_DIAG_DIR) \
         == (proto.STACKS_SIGNAL, proto.STACKS_PREFIX, proto.ENV_DIAG_DIR)
-    assert (_sm_emulator_exits.EXIT_PREFIX, _sm_emulator_exits.ENV_DIAG_DIR) == (proto.EXIT_PREFIX, proto.ENV_DIAG_DIR)
+    assert (_sm_emulator_exits.EXIT_PREFIX, _sm_emulator_exits.ENDED_PREFIX, _sm_emulator_exits.ENV_DIAG_DIR) \
+        == (proto.EXIT_PREFIX, proto.ENDED_PREFIX, proto.ENV_DIAG_DIR)
     assert signal.SIGRTMIN <= proto.STACKS_SIGNAL <= signal.SIGRTMAX
 
 

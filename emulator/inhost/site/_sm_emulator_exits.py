@@ -9,7 +9,16 @@ costs anything until an exception escapes:
   spawn) ended with a non-zero exit code — multiprocessing catches the exception and prints it
   itself, so ``sys.excepthook`` never sees it.
 
-Each writes ``exit-<hostname>-<pid>-<n>.json`` (kind, exception type and first line of its text,
+And one mark that is not an abnormal end: when the main script has ended (``threading._shutdown``,
+which the interpreter calls after the last line, a ``sys.exit`` or an uncaught exception, once
+non-daemon threads have ended, before ``atexit`` handlers and finalisation), the process writes
+``ended-<hostname>-<pid>.txt`` (a JSON header line) and points ``faulthandler`` at it, unless the
+script enabled ``faulthandler`` itself. A fatal signal during interpreter exit (gloo's teardown
+aborting, an ``os.abort()`` in an ``atexit`` handler) then leaves its Python stacks there, so the
+emulator can say that the process died *after* the script's last line (``emulator.exitdeaths``).
+``os._exit`` skips all of it, as it skips exit itself.
+
+Each hook writes ``exit-<hostname>-<pid>-<n>.json`` (kind, exception type and first line of its text,
 the innermost frame, rank, argv, time) and then does exactly what the original hook did. The
 emulator warns about these records when the job still ended ``Completed`` (``emulator.quiet``).
 A traceback that a script prints and handles itself (``traceback.print_exc()``,
@@ -25,8 +34,10 @@ import sys
 # tests/inhost/test_exits.py checks they are equal.
 ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
 EXIT_PREFIX = "exit-"
+ENDED_PREFIX = "ended-"
 
 _COUNT = [0]
+_ENDED: list[object] = []  # the open file faulthandler writes to (kept open until the process ends)
 
 
 def _where(tb: object) -> str:
@@ -76,7 +87,40 @@ def _excepthook(original: object) -> object:
     return hook
 
 
+def mark_ended() -> None:
+    """Write the ``ended-`` header and point ``faulthandler`` at that file (never raises)."""
+    try:
+        import faulthandler
+        import json
+        import time
+
+        directory = os.environ.get(ENV_DIAG_DIR)
+        if not directory or _ENDED or faulthandler.is_enabled():
+            return
+        host = os.uname().nodename
+        f = open(os.path.join(directory, f"{ENDED_PREFIX}{host}-{os.getpid()}.txt"), "w")  # noqa: SIM115
+        json.dump({"host": host, "pid": os.getpid(), "time": time.time(),
+                   "rank": os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK"),
+                   "argv": list(getattr(sys, "argv", []))[:6]}, f)
+        f.write("\n")
+        f.flush()
+        _ENDED.append(f)
+        faulthandler.enable(file=f, all_threads=True)
+    except Exception:
+        pass
+
+
 def _on_threading(threading: object) -> None:
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None and not getattr(shutdown, "_sm_emulator_exits", False):
+        def _shutdown() -> None:
+            try:
+                shutdown()
+            finally:
+                mark_ended()
+
+        _shutdown._sm_emulator_exits = True  # type: ignore[attr-defined]
+        threading._shutdown = _shutdown  # type: ignore[attr-defined]
     original = threading.excepthook
     if getattr(original, "_sm_emulator_exits", False):
         return

@@ -125,7 +125,8 @@ GROUPS = {g.name: g for g in (
           "module once, on the CPU"),
     Group("gloo-backend", "_sm_emulator_torch", "every process that imports torch",
           "nccl process groups run on gloo when the host has emulated GPUs; device_id and "
-          "barrier(device_ids) are dropped for gloo; the process group is recorded for diagnostics"),
+          "barrier(device_ids) are dropped for gloo; the process group is recorded for diagnostics; "
+          "an nccl/smddp default group still alive at exit is destroyed from atexit, with torch's NCCL warning"),
     Group("diagnostics", "_sm_emulator_torch", "EMULATOR_DIAG_DIR set",
           "each DistributedSampler is recorded for the topology diagnostics"),
     Group("smddp-limits", "smdistributed.dataparallel.torch._emulated_backend",

@@ -71,6 +71,10 @@ EXIT_PREFIX = "exit-"
 #: What a process asked ``init_process_group`` for, written before it blocks in the rendezvous
 #: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.rendezvous``).
 RDZV_PREFIX = "rdzv-"
+#: Written by every Python process of a host once its main script (and its non-daemon threads) has
+#: ended: a JSON header line, then what ``faulthandler`` dumps if a fatal signal ends the process
+#: during interpreter exit (``_sm_emulator_exits``, ``emulator.exitdeaths``).
+ENDED_PREFIX = "ended-"
 #: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
 #: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND

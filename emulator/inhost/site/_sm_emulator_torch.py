@@ -4,6 +4,9 @@
 - ``init_process_group("nccl")`` (also ``"cuda:nccl,cpu:gloo"`` forms) runs on gloo when the host
   has emulated GPUs; with 0 GPUs nothing is translated and torch fails as on a CPU instance.
   ``device_id=cuda:i`` and ``barrier(device_ids=...)`` are dropped for gloo groups.
+- A default group created that way, or for ``"smddp"``, is destroyed at exit when the script did
+  not destroy it, with torch's NCCL warning (``_sm_emulator_teardown``: gloo's own teardown at
+  interpreter exit can abort).
 - ``"smddp"`` is *not* translated here: as on SageMaker, it exists once
   ``smdistributed.dataparallel.torch.torch_smddp`` has been imported (our stand-in registers it).
 - Rank diagnostics (``EMULATOR_DIAG_DIR``): process-group and ``DistributedSampler`` records, and
@@ -20,6 +23,7 @@ import _sm_emulator_cuda
 import _sm_emulator_diag
 import _sm_emulator_patches as patches
 import _sm_emulator_rendezvous
+import _sm_emulator_teardown
 from _sm_emulator_log import log_once
 
 
@@ -73,7 +77,15 @@ def _patch_distributed(torch: Any) -> None:
                 "backend 'smddp' is registered by `import "
                 "smdistributed.dataparallel.torch.torch_smddp` (as on SageMaker)",
             )
-        return lambda result: (joined(result), _sm_emulator_diag.record_process_group(dist, requested))
+        asked = _sm_emulator_teardown.translated(requested, arguments.get("backend"))
+
+        def after(result: Any) -> None:
+            joined(result)
+            _sm_emulator_diag.record_process_group(dist, requested)
+            if asked is not None:
+                _sm_emulator_teardown.track(dist, asked, _sm_emulator_cuda.gpu_count())
+
+        return after
 
     def adjust_barrier(arguments: dict[str, Any]) -> None:
         device_ids = arguments.get("device_ids")
