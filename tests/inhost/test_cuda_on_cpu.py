@@ -95,9 +95,9 @@ def test_nccl_ddp_and_diagnostics_under_torchrun(run_script: Any, tmp_path: Any)
     out = result.ok()
     assert "ddp-ok 0" in out and "ddp-ok 1" in out
     assert "'nccl' runs on gloo" in result.stderr
-    from emulator.inhost.protocol import COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX
+    from emulator.inhost.protocol import COLLECTIVES_PREFIX, EXIT_PREFIX, RDZV_PREFIX, STACKS_PREFIX
 
-    others = (COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX)
+    others = (COLLECTIVES_PREFIX, EXIT_PREFIX, STACKS_PREFIX, RDZV_PREFIX)
     records = [p for p in diag.glob("*.json") if not p.name.startswith(others)]
     assert len(records) == 2  # one topology record per rank (other observers' records aside)
     kinds = sorted(d.kind for d in analyze(diag))
