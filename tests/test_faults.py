@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from emulator import faults as F
+from emulator.console import RAW_SUFFIX
 from emulator.errors import RequestError
 
 # --------------------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ def _run_with_faults(tmp_path: Path, specs: Sequence[str], monkeypatch: pytest.M
         logs = tmp_path / "out" / "qa-fault" / "logs"
         offsets: dict[str, int] = {}
         while not stop.is_set():
-            for log in logs.glob("algo-*.log"):
+            for log in (p for p in logs.glob("algo-*.log") if not p.name.endswith(RAW_SUFFIX)):
                 text = log.read_text(errors="replace")
                 for line in text[offsets.get(log.stem, 0):].splitlines():
                     inj.on_line(log.stem, line)

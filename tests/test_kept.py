@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from emulator import kept, postmortem, supervisor
+from emulator.console import RAW_SUFFIX
 from emulator.errors import RequestError
 from emulator.inhost import protocol as P
 from emulator.request import create
@@ -96,7 +97,7 @@ def warm_ranks(logs: Path) -> dict[int, str]:
     """Rank → host, from every ``WARM`` marker in the host logs under ``logs``; a rank's marker must
     name the host whose log holds it, and no rank may be claimed twice."""
     warm: dict[int, str] = {}
-    for log in sorted(logs.glob("algo-*.log")):
+    for log in sorted(p for p in logs.glob("algo-*.log") if not p.name.endswith(RAW_SUFFIX)):
         for rank, _world, host in WARM.findall(log.read_text(errors="replace")):
             assert host == log.stem, f"rank {rank} says it runs on {host} but printed into {log.name}"
             assert warm.setdefault(int(rank), host) == host, f"rank {rank} printed WARM on two hosts"

@@ -98,7 +98,12 @@ def test_wait_on_rendezvous_errors_keeps_sagemakers_behaviour(tmp_path: Path) ->
 def test_world_size_from_one_hosts_gpu_count(tmp_path: Path) -> None:
     result, _ = run(tmp_path, "rdzv-gpu-world", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
                     hyperparameters={"mode": "gpu-world"})
-    message = failed_with(result, "rendezvous-world-size")
+    # torch itself refuses a rank outside the world at once (RuntimeError in init_process_group), often
+    # before the check stops the job: then FailureReason is SageMaker's, and the diagnosis stands beside it.
+    description = json.loads((result.job_dir / "job.json").read_text())
+    assert (description["TrainingJobStatus"], description["SecondaryStatus"]) == ("Failed", "Failed")
+    assert description["FailureReason"].startswith((rendezvous.REASON_PREFIX, "AlgorithmError: ExecuteUserScriptError"))
+    message = rdzv(result)["rendezvous-world-size"]
     outside = list(range(GPUS, HOSTS * GPUS))  # the ranks past one host's GPU count
     found = re.search(r"^every process asks for world size (\d+), but ranks ([\d, -]+) \(([^)]*)\) are outside it",
                       message)
