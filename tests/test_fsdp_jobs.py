@@ -23,6 +23,9 @@ import emulator
 from emulator.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "scripts"
+#: Lightning's scripts have a source dir of their own (the preflight asks every job whose source dir
+#: imports Lightning for it).
+LIGHTNING_SCRIPTS = Path(__file__).parent / "scripts_lightning"
 WORLD = 4
 
 
@@ -56,8 +59,8 @@ def _reference_losses() -> list[float]:
     return losses
 
 
-def _run_2x2(output: Path, entry_point: str, **options: object) -> JobResult:
-    return emulator.run(entry_point=entry_point, source_dir=SCRIPTS, output_path=output, job_name=output.name,
+def _run_2x2(output: Path, entry_point: str, source_dir: Path = SCRIPTS, **options: object) -> JobResult:
+    return emulator.run(entry_point=entry_point, source_dir=source_dir, output_path=output, job_name=output.name,
                         instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
                         distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
                         profile="ci", **options)
@@ -125,10 +128,11 @@ def test_dcp_checkpoint_of_fsdp_v1_and_fsdp2_loads_on_the_next_run(tmp_path: Pat
 def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     """Lightning's ``FSDPStrategy`` on 4 emulated GPUs over 2 hosts. Oracle: single-process SGD
     over the same dataset in blocks of world x per-rank samples (what the script's unshuffled
-    ``DistributedSampler`` slices add up to, see ``tests/scripts/lightning_fsdp.py``)."""
+    ``DistributedSampler`` slices add up to, see ``tests/scripts_lightning/lightning_fsdp.py``)."""
     pytest.importorskip("pytorch_lightning")
-    reports = _reports(_run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py"), "lightning-fsdp-rank-")
-    tree = ast.parse((SCRIPTS / "lightning_fsdp.py").read_text())
+    reports = _reports(_run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py", LIGHTNING_SCRIPTS),
+                       "lightning-fsdp-rank-")
+    tree = ast.parse((LIGHTNING_SCRIPTS / "lightning_fsdp.py").read_text())
     assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
     samples, per_rank, lr = ast.literal_eval(assign.value)
     generator = torch.Generator().manual_seed(1234)

@@ -182,3 +182,17 @@ def test_reap_keeps_trees_of_live_owners() -> None:
         import shutil
 
         shutil.rmtree(tree)
+
+
+def test_shared_script_dirs_import_no_lightning() -> None:
+    """The source dirs many jobs share import no Lightning: the preflight refuses a job whose source
+    dir imports a package the job's Python lacks, and ``.ci/unprivileged``'s Python has no Lightning
+    (its MPI and kept-host jobs run ``tests/scripts``). Lightning's scripts live in
+    ``tests/scripts_lightning``."""
+    from emulator.preflight import imported_modules
+
+    tests = Path(__file__).parent
+    for shared in ("scripts", "scripts_deepspeed"):
+        found = imported_modules(tests / shared) & {"lightning", "pytorch_lightning", "lightning_fabric"}
+        assert not found, f"tests/{shared} imports {sorted(found)}: move that script to tests/scripts_lightning"
+    assert imported_modules(tests / "scripts_lightning") & {"pytorch_lightning"}  # the check can see one

@@ -43,7 +43,7 @@ def _mpi() -> None:
 def run(tmp_path: Path, name: str, **kwargs: Any) -> tuple[JobResult, str]:
     stream = io.StringIO()
     options = {"max_run": MAX_RUN, **kwargs}
-    request = create(output_path=tmp_path, job_name=name, **BASE, **options)
+    request = create(output_path=tmp_path, job_name=name, **{**BASE, **options})
     return supervisor.run(request, stream=stream, stop_grace=2), stream.getvalue()
 
 
@@ -168,7 +168,8 @@ def test_a_correct_job_gets_no_rendezvous_diagnostic(tmp_path: Path) -> None:
 def test_lightning_node_rank_unset_under_mpirun(tmp_path: Path) -> None:
     _mpi()
     pytest.importorskip("pytorch_lightning")
-    result, _ = run(tmp_path, "rdzv-lightning", entry_point="rdzv_lightning.py", distribution=SMDDP)
+    result, _ = run(tmp_path, "rdzv-lightning", entry_point="rdzv_lightning.py", distribution=SMDDP,
+                    source_dir=SCRIPTS.parent / "scripts_lightning")  # Lightning's own source dir
     message = failed_with(result, "rendezvous-duplicate-rank")
     assert claimed_twice(message) == {r: HOST_NAMES for r in range(GPUS)}
     assert "NODE_RANK is unset under mpirun" in message
