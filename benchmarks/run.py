@@ -144,6 +144,12 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
             case("lightning: emulator torch_distributed + fast start", "lightning",
                  emu("lightning_fit.py", 2, distribution=TORCH_DIST, backend="fast", env=lit_env), rl,
                  baseline="lightning: torchrun by hand (baseline)"),
+            # FSDP2 on a CPU mesh: the same script both ways (FSDP v1 needs an accelerator by hand)
+            case("fsdp: torchrun by hand (baseline)", "fsdp", {"kind": "torchrun", "script": "fsdp_fit.py",
+                 "nproc": 4}, rl, ranks=4, hosts=1),
+            case("fsdp: emulator torch_distributed, ci profile", "fsdp",
+                 emu("fsdp_fit.py", 2, distribution=TORCH_DIST, profile="ci"), rl,
+                 baseline="fsdp: torchrun by hand (baseline)"),
         ]
     for n in (1, 2) if quick else SCALE_HOSTS:
         cases.append(case(f"scale: {n} host(s) x 2 ranks, ci profile", "scale",
