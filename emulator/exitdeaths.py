@@ -103,7 +103,7 @@ class ExitDeaths(Observer):
         self.since = 0.0
 
     def on_start(self, ctx: AttemptContext) -> None:
-        self.since = ctx.wall_started - 1.0  # an interrupted (spot) attempt's records do not count
+        self.since = ctx.records_since
 
     def report(self, finish: FinishContext) -> Report:
         if finish.status != "Failed" or not finish.diag_dir.is_dir():

@@ -72,6 +72,12 @@ class AttemptContext:
     #: processes per host); None when unknown (the plain process runner: a script may spawn ranks).
     expected_processes: int | None = None
 
+    @property
+    def records_since(self) -> float:
+        """The wall-clock time from which in-host records belong to this attempt (a second of slack
+        for clocks read in other processes): an interrupted (spot) attempt's records are older."""
+        return self.wall_started - 1.0
+
 
 @dataclass(frozen=True)
 class FinishContext:

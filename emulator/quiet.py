@@ -98,7 +98,7 @@ class QuietFailures(Observer):
         self.since = 0.0
 
     def on_start(self, ctx: AttemptContext) -> None:
-        self.since = ctx.wall_started - 1.0  # an interrupted (spot) attempt's records do not count
+        self.since = ctx.records_since
 
     def report(self, finish: FinishContext) -> Report:
         if finish.status != "Completed" or not finish.diag_dir.is_dir():

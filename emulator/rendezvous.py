@@ -332,7 +332,7 @@ class RendezvousCheck(Observer):
         self.events: list[Event] = []
 
     def on_start(self, ctx: AttemptContext) -> None:
-        self.since, self.diag_dir, self.say = ctx.wall_started - 1.0, ctx.diag_dir, ctx.say
+        self.since, self.diag_dir, self.say = ctx.records_since, ctx.diag_dir, ctx.say
         self.ctx = ctx
         self.expected = ctx.expected_processes if ctx.expected_processes is not None else self.expected
         self.next_poll = 0.0

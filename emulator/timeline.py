@@ -211,7 +211,7 @@ class Timeline(Observer):
         with self._lock:
             self._seen.clear()  # a restarted attempt logs its toolkit start again
         if ctx.attempt == 0:
-            self.since = ctx.wall_started - 1.0
+            self.since = ctx.records_since
 
     def on_line(self, host: str, line: str) -> None:
         kind = "toolkit-start" if _TOOLKIT.search(line) else "launcher" if _LAUNCH.search(line) else None
