@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["run"]
 
 
-def run(*, backend: str = "process", stop_grace: float = STOP_GRACE, keep_hosts: bool = False,
+def run(*, backend: str = "auto", stop_grace: float = STOP_GRACE, keep_hosts: bool = False,
         echo: bool = True, faults: Sequence[Any] = (), **estimator_kwargs: Any) -> JobResult:
     """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`.
 

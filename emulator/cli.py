@@ -61,7 +61,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-run", type=int, default=86_400, metavar="SECONDS")
     p.add_argument("--job-name")
     p.add_argument("--output-dir", default="./out", help="a folder per job goes here")
-    p.add_argument("--backend", default="process", choices=["process", "docker"])
+    p.add_argument("--backend", default="auto", choices=["auto", "process", "docker"],
+                   help="auto (default): the process backend where this machine allows its namespaces, "
+                        "else docker where an engine answers (the choice and why: console and job.json)")
     p.add_argument("--image", help="docker backend: image to run (a PyTorch DLC URI maps to the emulator's "
                    "image of that framework version)")
     p.add_argument("--framework-version", help="the estimator's framework_version (e.g. 1.12.1): run with "

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from . import frameworks, helpers, wheelhouse
+from . import engine, frameworks, helpers
 from .errors import BackendUnavailable
 from .frameworks import Family, Selection
 
@@ -64,7 +64,7 @@ def family_image(fam: Family) -> str | None:
     """The tag of ``fam``'s image if it is built for the current inputs, else None."""
     build = _build_module()
     tag = build.family_tag(fam)
-    return tag if tag and build._image_id(tag) else None
+    return tag if tag and _image_id(tag) else None
 
 
 def _run_build(fam: Family, log: Path, say: Callable[[str], None]) -> None:
@@ -188,10 +188,13 @@ class ImageFacts:
 
 
 def _image_id(image: str) -> str | None:
+    """``image``'s id on the engine (docker SDK), or None when it is not there."""
     try:
-        return wheelhouse.image_id(image)
-    except BackendUnavailable:
-        return None
+        return engine.image_id(image)
+    except BackendUnavailable as e:
+        if "is not on the engine" in str(e):
+            return None
+        raise  # no engine, no permission, API too old: say so, not "image missing"
 
 
 def facts(image: str) -> ImageFacts | None:
@@ -213,19 +216,12 @@ def probe(image: str) -> ImageFacts:
     known = facts(image)
     if known is not None:
         return known
-    image_id = _image_id(image)
-    if image_id is None:
-        raise BackendUnavailable(f"docker image {image} is not on this engine")
+    image_id = engine.image_id(image)  # not there: BackendUnavailable naming the engine and the fix
     name = f"sm-emulator-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    status, stdout, _ = engine.run_helper(image, ["-c", PROBE], name=name, labels=helpers.labels("probe"),
+                                          entrypoint="python3", network="none", timeout=PROBE_TIMEOUT)
     try:
-        done = subprocess.run(["docker", "run", "--rm", "--name", name, *helpers.label_args("probe"),
-                               "--network", "none", "--entrypoint", "python3", image, "-c", PROBE],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=PROBE_TIMEOUT, check=False)
-    finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
-    try:
-        data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+        data = json.loads(stdout.strip().splitlines()[-1]) if status == 0 else {}
     except (ValueError, IndexError):
         data = {}
     PROBES.mkdir(parents=True, exist_ok=True)

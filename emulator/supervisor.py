@@ -35,7 +35,7 @@ from typing import Any, Protocol, TextIO
 from . import deviations, kept, materialise
 from . import plan as planning
 from .archives import build_archive
-from .backends import get_backend
+from .backends import choose, get_backend
 from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken
 from .console import LogTailer, display_log, paint, table, tail
 from .errors import EmulatorError
@@ -295,6 +295,8 @@ class _JobRun:
             self._enter("Training")
             self._say(f"{request.job_name}: starting {len(spec.hosts)} host(s) on the {be.name} backend, "
                       f"runner {job_plan.runner}")
+            if choose.describe(be):  # which backend and why (emulator/backends/choose.py)
+                self._say(f"backend: {choose.describe(be)['BackendReason']}")
             for tries in range(START_TRIES):
                 try:
                     handle = be.start(spec)
@@ -465,6 +467,7 @@ class _JobRun:
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
             **kept.describe(self.kept),
+            **choose.describe(self.be),  # Emulator.BackendReason (emulator/backends/choose.py)
         })
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
@@ -488,7 +491,7 @@ class _JobRun:
             self.stream.flush()
 
 
-def run(request: JobRequest, *, backend: str | Backend = "process", stream: TextIO | None = None,
+def run(request: JobRequest, *, backend: str | Backend = "auto", stream: TextIO | None = None,
         echo: bool = True, stop_grace: float = P.STOP_GRACE, keep_hosts: bool = False,
         faults: Sequence[Any] = (), stop: threading.Event | None = None,
         observers: Sequence[Observer] | None = None, clock: Clock | None = None,

@@ -30,13 +30,11 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import helpers
-from .errors import BackendUnavailable
+from . import engine, helpers
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
 #: Where hosts see the wheelhouse and the pip configuration that points at it.
@@ -80,40 +78,29 @@ def cache_key(requirements: str, image_id: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _docker(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    if shutil.which("docker") is None:
-        raise BackendUnavailable("requirements.txt on the docker backend needs the docker CLI "
-                                 "(apt-get install docker.io)")
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-
-
 def image_id(image: str) -> str:
-    done = _docker("image", "inspect", "-f", "{{.Id}}", image)
-    if done.returncode != 0:
-        raise BackendUnavailable(f"docker image {image} is not on this engine: {done.stderr.strip()}")
-    return done.stdout.strip()
+    """``image``'s id on the engine (the docker SDK; an error naming the engine when it is not there)."""
+    return engine.image_id(image)
 
 
 def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
-    """Run the resolver in a helper container of ``image`` (removed whatever happens; labelled
-    for ``python -m emulator reap``, see :mod:`emulator.helpers`)."""
-    args = ["run", "--rm", "--name", name, *helpers.label_args("wheelhouse"),
-            "--network", "bridge", "--entrypoint", "python",
-            "--volume", f"{requirements.parent}:/opt/ml/code:ro", "--volume", f"{out}:/out",
-            "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro",
-            *(["--volume", f"{CA_BUNDLE}:/tmp/sm-emulator-ca.crt:ro", "--env",
-               "PIP_CERT=/tmp/sm-emulator-ca.crt"] if CA_BUNDLE.is_file() else []), image,
-            "/tmp/sm-emulator-resolver.py", f"/opt/ml/code/{requirements.name}", "/out",
-            str(os.getuid()), str(os.getgid())]
-    try:
-        done = _docker(*args, timeout=RESOLVE_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        done = None
-    finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    """Run the resolver in a helper container of ``image`` through the docker SDK (removed
+    whatever happens; labelled for ``python -m emulator reap``, see :mod:`emulator.helpers`).
+    Its folders are bind mounts: the engine must see this machine's paths."""
+    volumes = {str(requirements.parent): {"bind": "/opt/ml/code", "mode": "ro"},
+               str(out): {"bind": "/out", "mode": "rw"},
+               str(RESOLVER): {"bind": "/tmp/sm-emulator-resolver.py", "mode": "ro"}}
+    environment = {}
+    if CA_BUNDLE.is_file():
+        volumes[str(CA_BUNDLE)] = {"bind": "/tmp/sm-emulator-ca.crt", "mode": "ro"}
+        environment["PIP_CERT"] = "/tmp/sm-emulator-ca.crt"
+    status, stdout, stderr = engine.run_helper(
+        image, ["/tmp/sm-emulator-resolver.py", f"/opt/ml/code/{requirements.name}", "/out",
+                str(os.getuid()), str(os.getgid())],
+        name=name, labels=helpers.labels("wheelhouse"), entrypoint="python", network="bridge",
+        volumes=volumes, environment=environment, timeout=RESOLVE_TIMEOUT)
     if not (out / "result.json").is_file():
-        why = "timed out" if done is None else (done.stderr or done.stdout).strip()[-2000:]
+        why = "timed out" if status is None else (stderr or stdout).strip()[-2000:]
         (out / "result.json").write_text(json.dumps(
             {"resolved": False, "error": f"the wheelhouse helper container failed: {why}",
              "files": []}))

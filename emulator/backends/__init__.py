@@ -7,6 +7,7 @@ import importlib
 from ..errors import RequestError
 from .base import Backend, HostHandle, HostLaunch, JobHandle, LaunchSpec, Mount, Runtime
 
+#: The backends by name; ``auto`` (the default everywhere) picks one of them (:mod:`.choose`).
 BACKENDS = {"process": "emulator.backends.process:ProcessBackend",
             "docker": "emulator.backends.docker:DockerBackend"}
 
@@ -15,11 +16,14 @@ __all__ = ["BACKENDS", "Backend", "HostHandle", "HostLaunch", "JobHandle", "Laun
 
 
 def get_backend(name: str) -> Backend:
-    """Return a backend instance by name, importing its module only now."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise RequestError("backend", f"unknown backend {name!r}", allowed=", ".join(BACKENDS)) from None
-    module, _, cls = target.partition(":")
+    """Return a backend instance by name (``auto``: the one :mod:`.choose` picks here), importing
+    its module only now. The instance's ``choice`` says which was chosen and why."""
+    from .choose import AUTO, choose
+
+    if name != AUTO and name not in BACKENDS:
+        raise RequestError("backend", f"unknown backend {name!r}", allowed=", ".join([AUTO, *BACKENDS]))
+    choice = choose(name)
+    module, _, cls = BACKENDS[choice.backend].partition(":")
     backend: Backend = getattr(importlib.import_module(module), cls)()
+    backend.choice = choice  # type: ignore[attr-defined]  # read by choose.describe (job.json)
     return backend

@@ -83,7 +83,7 @@ class EmulatedJob:
 class EmulatorSageMakerClient:
     """The subset of ``boto3.client("sagemaker")`` the SDK uses for training jobs."""
 
-    def __init__(self, store: S3Store, *, region: str, backend: str = "process",
+    def __init__(self, store: S3Store, *, region: str, backend: str = "auto",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, framework_version: str | None = None,
                  profile: str = profiles.EXACT) -> None:

@@ -49,7 +49,7 @@ def emulator_options() -> dict[str, Any]:
     profile name raises :class:`~emulator.errors.RequestError`)."""
     from ..profiles import from_environment
 
-    options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "process"), "profile": from_environment()}
+    options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "auto"), "profile": from_environment()}
     gpus = os.environ.get(GPUS_VAR)
     if gpus:
         options["gpus_per_host"] = int(gpus)

@@ -42,7 +42,7 @@ class EmulatorSession(Session):
     """A ``sagemaker.Session`` that needs no AWS account and runs training jobs on the emulator."""
 
     def __init__(self, boto_session: Any = None, *, region: str | None = None,
-                 s3_root: str | Path | None = None, backend: str = "process",
+                 s3_root: str | Path | None = None, backend: str = "auto",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
                  framework_version: str | None = None, profile: str = "exact",
