@@ -191,10 +191,8 @@ def _image_id(image: str) -> str | None:
     """``image``'s id on the engine (docker SDK), or None when it is not there."""
     try:
         return engine.image_id(image)
-    except BackendUnavailable as e:
-        if "is not on the engine" in str(e):
-            return None
-        raise  # no engine, no permission, API too old: say so, not "image missing"
+    except BackendUnavailable:  # reads only; prepare's engine.image_id says what is wrong
+        return None
 
 
 def facts(image: str) -> ImageFacts | None:

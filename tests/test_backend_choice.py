@@ -144,3 +144,31 @@ def test_in_a_container_with_default_seccomp_the_error_says_privileged_or_socket
     assert done.returncode == 3, done.stderr
     assert "Operation not permitted" in json.loads(done.stdout)["probe"]["detail"]
     assert "--privileged" in done.stderr and "/var/run/docker.sock" in done.stderr
+
+
+@needs_engine
+def test_images_and_wheelhouse_need_no_docker_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker SDK only (as in a container with the project pip-installed and no docker CLI):
+    image ids and what an image holds, checked against the CLI's own answers."""
+    from emulator import engine, images, wheelhouse
+    from emulator.errors import BackendUnavailable
+
+    cli = shutil.which("docker")
+    if cli is None:
+        pytest.skip("needs the docker CLI as the oracle")
+    try:
+        engine.image_id(IMAGE)
+    except BackendUnavailable as exc:
+        pytest.skip(f"needs {IMAGE}: {exc}")
+    expected_id = subprocess.run([cli, "image", "inspect", "-f", "{{.Id}}", IMAGE], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    expected_python = subprocess.run([cli, "run", "--rm", "--network", "none", "--entrypoint", "python3", IMAGE,
+                                      "-c", "import platform; print(platform.python_version())"],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI from here on
+    monkeypatch.setattr(images, "PROBES", tmp_path / "probes")
+    assert wheelhouse.image_id(IMAGE) == expected_id
+    assert images.probe(IMAGE).python == expected_python
+    with pytest.raises(BackendUnavailable) as err:
+        wheelhouse.image_id(f"sagemaker-emulator:no-such-tag-{uuid.uuid4().hex[:6]}")
+    assert engine.endpoint() in str(err.value) and "nox -s image" in str(err.value)
