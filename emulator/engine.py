@@ -11,7 +11,6 @@ uses the CLI.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 from collections.abc import Mapping, Sequence
@@ -65,8 +64,8 @@ def _in_container() -> bool:
     return in_container()
 
 
-@functools.cache
-def _cached_client(host: str, timeout: float) -> Any:
+def client(timeout: float = API_TIMEOUT) -> Any:
+    """A docker SDK client whose engine has just answered a ping."""
     docker = sdk()
     try:
         made = docker.from_env(timeout=timeout)
@@ -74,11 +73,6 @@ def _cached_client(host: str, timeout: float) -> Any:
     except Exception as e:  # the SDK raises DockerException, requests' and OSError's kinds
         raise BackendUnavailable(explain(e)) from None
     return made
-
-
-def client(timeout: float = API_TIMEOUT) -> Any:
-    """A docker SDK client that has answered a ping (one per endpoint and process)."""
-    return _cached_client(endpoint(), timeout)
 
 
 def image_id(image: str) -> str:
@@ -90,8 +84,9 @@ def image_id(image: str) -> str:
         raise BackendUnavailable(f"docker image {image} is not on the engine at {endpoint()}: build it with "
                                  "`nox -s image` (or `python docker/build.py`) on a machine that uses this engine, "
                                  "or load it (`docker load`)") from None
-    except sdk(".errors").APIError as e:
-        raise BackendUnavailable(f"the docker engine at {endpoint()} could not inspect {image}: {e}") from None
+    except Exception as e:  # APIError, or the engine went away (requests' errors)
+        raise BackendUnavailable(f"the docker engine at {endpoint()} could not inspect {image}: "
+                                 f"{explain(e)}") from None
 
 
 def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping[str, str], entrypoint: str,
@@ -100,7 +95,6 @@ def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping
     """Run a short-lived helper container to its end; (exit status or None on timeout, stdout,
     stderr). The container is removed whatever happens."""
     c = client()
-    errors = sdk(".errors")
     container = None
     try:
         container = c.containers.create(image, list(command), name=name, labels=dict(labels),
@@ -116,18 +110,18 @@ def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping
         out = container.logs(stdout=True, stderr=False).decode(errors="replace")
         err = container.logs(stdout=False, stderr=True).decode(errors="replace")
         return status, out, err
-    except errors.APIError as e:
-        return 1, "", f"the docker engine at {endpoint()} refused the helper container: {e}"
+    except Exception as e:  # APIError, or the engine went away (requests' errors)
+        return 1, "", f"the helper container failed: {explain(e)}"
     finally:
         if container is not None:
             try:
                 container.remove(force=True)
-            except errors.APIError:
+            except Exception:  # gone already, or the engine went away: reap finds it by label
                 pass
         else:
             try:
                 c.containers.get(name).remove(force=True)
-            except errors.APIError:
+            except Exception:  # never created
                 pass
 
 
