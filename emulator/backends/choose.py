@@ -2,10 +2,11 @@
 the docker backend where an engine answers, else refuse before anything starts.
 
 The process backend's needs are probed by doing them, not by reading sysctls (on Ubuntu 24.04
-``unshare -U true`` succeeds and the next step fails, see the bubblewrap and actions/runner-images
-#11489 reports): with the same tools the backend uses (``unshare``, ``ip``, ``bwrap``), one short
-command writes a uid map (when not root), brings ``lo`` up in a new network namespace, mounts
-``/proc`` in a new PID namespace, and starts a ``bwrap`` host the way
+``unshare -U true`` succeeds and the next step fails:
+https://github.com/actions/runner-images/issues/11489). With the same tools the backend uses
+(``unshare``, ``ip``, ``bwrap``), one short command writes a uid map (when not root), brings
+``lo`` up in a new network namespace, mounts ``/proc`` in a new PID namespace, and starts a
+``bwrap`` host the way
 :func:`emulator.backends.process.bwrap_argv` does. The result is cached per boot
 (``/proc/sys/kernel/random/boot_id``) and user, under the user's cache folder, keyed also by the
 settings that decide it (the sysctls below, the tools' paths), so changing one of them probes

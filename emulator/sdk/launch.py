@@ -17,7 +17,8 @@ runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
 becomes the command's exit code; an uncaught exception prints its traceback and gives 1.
 
 Environment: ``SAGEMAKER_EMULATOR_S3_DIR`` (S3 folder), ``SAGEMAKER_EMULATOR_BACKEND``
-(``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer GPUs per host),
+(``auto``, the default, or ``process``/``docker``), ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` (emulate fewer
+GPUs per host),
 ``SAGEMAKER_EMULATOR_FRAMEWORK_VERSION=current`` (today's torch instead of the DLC's the launcher's
 ``framework_version``/``image_uri`` names),
 ``SAGEMAKER_EMULATOR_PROFILE`` (``exact``, the default, or ``ci``: :mod:`emulator.profiles`).
