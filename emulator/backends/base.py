@@ -83,14 +83,15 @@ class HostLaunch:
     #: docker backend, the container's process (the image's ENTRYPOINT followed by ``command``).
     argv: tuple[str, ...]
     image: str | None = None  # docker backend: the image
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)  # what the backend labels the host with
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "hostname": self.name,
                 "image": self.image, "command": list(self.command), "workdir": self.workdir,
                 "environment": dict(self.env), "mounts": [m.to_dict() for m in self.mounts],
                 "hosts_file": self.hosts_file, "log": str(self.log_path),
-                **({"argv": list(self.argv)} if self.argv else {})}
+                **({"argv": list(self.argv)} if self.argv else {}),
+                **({"labels": dict(self.labels)} if self.labels else {})}
 
 
 @dataclass(frozen=True)

@@ -533,12 +533,13 @@ class DockerBackend:
                 workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=(*entrypoint, *host.command), image=image,
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
-                        "sagemaker-emulator.job-name": plan.request.job_name}))
+                        "sagemaker-emulator.job-name": plan.request.job_name, **job_labels(scratch)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
                           options={"shm_size": SHM_SIZE, "user": "0",
                                    "entrypoint": "request" if plan.request.container_command else "image",
-                                   "framework": framework, **({"pending": pending} if pending else {})})
+                                   "framework": framework, **({"pending": pending} if pending else {}),
+                                   **names_and_ssh(job_id, [h.name for h in plan.hosts], scratch)})
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
@@ -592,6 +593,23 @@ class DockerBackend:
         from .docker_kept import reap_orphans
 
         return reap_orphans()
+
+
+def job_labels(scratch: Path) -> dict[str, str]:
+    """The labels every container and the network of a job get besides their own: the job's scratch
+    folder (``reap JOB_DIR`` finds a killed run's containers by it) and this emulator process
+    (:func:`reap` finds those whose emulator is gone)."""
+    return {LABEL_SCRATCH: str(scratch), **owner_labels()}
+
+
+def names_and_ssh(job_id: str, hosts: Sequence[str], scratch: Path) -> dict[str, Any]:
+    """What ``start`` names and writes besides the hosts, for the launch spec's ``options``: the
+    job network's and each container's name, and the ssh material every container gets (a fresh
+    cluster key pair and sshd host key per job, made when the job starts)."""
+    return {"network": network_name(job_id), "containers": {h: container_name(job_id, h) for h in hosts},
+            "ssh": {"made_at_start_in": str(scratch / "ssh"),
+                    "in_host": [f"/root/.ssh/{KEY_NAME}", f"/root/.ssh/{KEY_NAME}.pub", "/root/.ssh/authorized_keys",
+                                "/root/.ssh/config", "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_rsa_key.pub"]}}
 
 
 def _inhost_source() -> Path:

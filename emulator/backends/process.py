@@ -376,6 +376,11 @@ class ProcessBackend:
                                                     "sshd": "openssh" if sshd.available() else
                                                     "stand-in" if sshd.standin_used() else None,
                                                     "framework": self.framework(plan),
+                                                    # the agent's command line names its job and emulator
+                                                    "agent": {AGENT_SCRATCH_FLAG: str(scratch),
+                                                              AGENT_OWNER_FLAG: _owner()},
+                                                    **({"ssh": {"made_at_start_in": str(scratch / sshd.SUBDIR)}}
+                                                       if sshd.available() or sshd.standin_used() else {}),
                                                     **_pending(plan.runtime.python)})
 
     @staticmethod
@@ -394,7 +399,7 @@ class ProcessBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
             [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
-             AGENT_SCRATCH_FLAG, str(spec.scratch), AGENT_OWNER_FLAG, _owner()],
+             *(a for flag_value in spec.options["agent"].items() for a in flag_value)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(spec, proc)
