@@ -129,7 +129,10 @@ class KeptJob:
                 return (f"{host} was not kept: it had ended before the job did ({self.exited[host]}); "
                         f"kept: {', '.join(sorted(self.hosts, key=_host_order))}")
             return f"{host} is not a host of job {self.data['job_name']} (hosts: {', '.join(all_hosts)})"
-        return self.backend_hosts.gone(host)
+        try:
+            return self.backend_hosts.gone(host)
+        except RequestError:  # a backend this emulator does not know
+            return f"{host}: the {self.backend} backend is not known here"
 
 
 def keep(handle: JobHandle, *, job_dir: Path, scratch: Path, job_name: str, backend: str, reason: str,
@@ -252,7 +255,10 @@ def find_all() -> list[KeptJob]:
 def reap_job(kept: KeptJob) -> list[str]:
     """Remove a kept job: its hosts (every process / container, and the network), its scratch tree
     and its records. The job folder (``job.json``, logs, ``hosts/`` trees) stays."""
-    lines = kept.backend_hosts.remove()
+    try:
+        lines = kept.backend_hosts.remove()
+    except RequestError:  # a backend this emulator does not know: only its records go
+        lines = []
     if kept.scratch.name.startswith(SCRATCH_PREFIX) and kept.scratch.exists():
         shutil.rmtree(kept.scratch, ignore_errors=True)
     record = kept.job_dir / RECORD
