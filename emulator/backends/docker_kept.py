@@ -49,9 +49,8 @@ class DockerKeptHosts:
             dict(os.environ)
 
     def pids(self, host: str) -> list[int]:
-        top = docker._client().containers.get(self._container(host)).top(ps_args="-eo pid")
-        column = top["Titles"].index("PID")
-        pids = [int(p[column]) for p in top.get("Processes") or []]
+        container = docker._client().containers.get(self._container(host))
+        pids = docker.DockerHost(host, container, Path(os.devnull), None).pids()  # `docker top`, as a running job's
         if pids and not P.proc_nspids(pids[0]):
             raise RequestError("HOST", f"the processes of {host} are not visible here (the docker engine runs on "
                                f"another machine); use: python -m emulator shell {self.record.get('job_dir')} "
