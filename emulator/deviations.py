@@ -22,13 +22,12 @@ NO_TOOLKIT_TORCH_IMPORT = ("toolkit without import torch: SM_DLC_TORCH_VERSION r
 FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter (what torch and the job read at "
               "import time comes from the host's environment, not the rank's; PIDs and parent processes differ)")
 NO_TIMELINE_PNG = "timeline.png not drawn (timeline.json is; python -m emulator timeline JOB_DIR draws it)"
-#: Backends that run fast start (the docker backend starts every process normally).
-FAST_START_BACKENDS = frozenset({"process"})
 
 
 def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
-                backend: str = "process") -> list[str]:
-    """The deviations ``request`` asks for on ``backend`` (one sentence each); with ``framework``
+                fast_start: bool = True) -> list[str]:
+    """The deviations ``request`` asks for (one sentence each) on a backend that runs fast start
+    when the profile asks for it (``fast_start``: ``Backend.fast_start``); with ``framework``
     (``job.json`` ``Emulator.Framework``, see :func:`emulator.frameworks.record`), those of the
     torch, Python and toolkits its ``framework_version`` ran with."""
     used = speedups(request)
@@ -37,7 +36,7 @@ def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
         out.append(SHORT_SLEEPS)
     if used.toolkit_skips_torch_import:
         out.append(NO_TOOLKIT_TORCH_IMPORT)
-    if used.fast_start and backend in FAST_START_BACKENDS:
+    if used.fast_start and fast_start:
         out.append(FAST_START)
     if not used.timeline_png:
         out.append(NO_TIMELINE_PNG)

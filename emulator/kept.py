@@ -21,7 +21,8 @@ every kept job found in this machine's temp folder and every kept namespace agen
 gone); there is no timeout: frozen hosts cost memory, not CPU. A reboot or a restart of the docker
 engine also ends them.
 
-Backends:
+Backends (each finds its kept hosts again through ``Backend.attach``, see
+:class:`emulator.backends.base.KeptHosts`; :mod:`.backends.process_kept`, :mod:`.backends.docker_kept`):
 
 - process: the job's namespace agent (PID 1 of the job's namespaces, :mod:`.backends.nsagent`)
   gets the ``keep`` op, after which it no longer exits when the emulator does. Killing the agent
@@ -45,10 +46,10 @@ is gone and removes them with every agent or container below them (:func:`reap_l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -63,7 +64,7 @@ from .result import HostOutcome, iso
 from .stacks import host_order as _host_order
 
 if TYPE_CHECKING:
-    from .backends.base import JobHandle
+    from .backends.base import JobHandle, KeptHosts
 
 #: The record's file name, in the job folder and in the job's scratch folder.
 RECORD = "kept.json"
@@ -73,8 +74,6 @@ SCRATCH_PREFIX = "sm-emulator-"
 #: ``job_dir``, ``job_name``, ``backend``); both written before any host starts (:func:`claim`).
 OWNER_FILE = "owner"
 JOB_FILE = "job"
-#: How long ``reap`` waits for a killed agent's processes to go.
-REAP_WAIT = 10.0
 KEPT_HOW = "kept (frozen)"
 
 
@@ -110,6 +109,13 @@ class KeptJob:
         """Kept host → the backend's facts about it."""
         return dict(self.data["hosts"])
 
+    @functools.cached_property
+    def backend_hosts(self) -> KeptHosts:
+        """The kept hosts as their backend finds them again (enter, list, remove)."""
+        from .backends import get_backend
+
+        return get_backend(self.backend).attach(self.data)
+
     @property
     def exited(self) -> dict[str, str]:
         """Hosts of the job that had ended before the keep → how."""
@@ -123,19 +129,10 @@ class KeptJob:
                 return (f"{host} was not kept: it had ended before the job did ({self.exited[host]}); "
                         f"kept: {', '.join(sorted(self.hosts, key=_host_order))}")
             return f"{host} is not a host of job {self.data['job_name']} (hosts: {', '.join(all_hosts)})"
-        facts = self.hosts[host]
-        if self.backend == "process":
-            agent = self.data.get("agent", {})
-            if not P.pid_alive(int(agent.get("pid", 0)), agent.get("start_time")) or \
-                    not P.pid_alive(int(facts["pid"]), facts.get("start_time")):
-                return f"{host} has exited since it was kept (its PID 1, {facts['pid']} on this machine, is gone)"
-            return None
-        if self.backend == "docker":
-            status = _container_status(str(facts["container"]))
-            if status != "running":
-                return f"{host} has exited since it was kept (container {facts['container']}: {status})"
-            return None
-        return f"{host}: the {self.backend} backend has no shell"
+        try:
+            return self.backend_hosts.gone(host)
+        except RequestError:  # a backend this emulator does not know
+            return f"{host}: the {self.backend} backend is not known here"
 
 
 def keep(handle: JobHandle, *, job_dir: Path, scratch: Path, job_name: str, backend: str, reason: str,
@@ -258,20 +255,10 @@ def find_all() -> list[KeptJob]:
 def reap_job(kept: KeptJob) -> list[str]:
     """Remove a kept job: its hosts (every process / container, and the network), its scratch tree
     and its records. The job folder (``job.json``, logs, ``hosts/`` trees) stays."""
-    lines: list[str] = []
-    if kept.backend == "process":
-        agent = kept.data.get("agent", {})
-        if _kill_agent(int(agent.get("pid", 0)), agent.get("start_time")):
-            lines.append(f"killed the namespace agent of {kept.data['job_name']} (pid {agent['pid']}) "
-                         f"and with it {', '.join(sorted(kept.hosts, key=_host_order))}")
-    elif kept.backend == "docker":
-        from .backends import docker
-
-        owner = kept.data.get("owner")
-        names = docker.remove_job(dict(kept.data.get("containers", {})).values(), str(kept.data.get("network")),
-                                  owner=(int(owner[0]), int(owner[1])) if owner else None)
-        if names:
-            lines.append(f"removed {', '.join(names)}")
+    try:
+        lines = kept.backend_hosts.remove()
+    except RequestError:  # a backend this emulator does not know: only its records go
+        lines = []
     if kept.scratch.name.startswith(SCRATCH_PREFIX) and kept.scratch.exists():
         shutil.rmtree(kept.scratch, ignore_errors=True)
     record = kept.job_dir / RECORD
@@ -286,9 +273,9 @@ def reap_job(kept: KeptJob) -> list[str]:
 
 def reap(job_dir: Path | str | None = None) -> list[str]:
     """Remove the kept job of ``job_dir`` and whatever a killed run of that job left (see
-    :func:`reap_leftovers`), or (None) every kept job this machine's temp folder records plus every
-    kept namespace agent whose emulator is gone. One line per removal; :class:`RequestError` when
-    ``job_dir`` has neither a record nor leftovers."""
+    :func:`reap_leftovers`), or (None) every kept job this machine's temp folder records (what each
+    backend left machine-wide is :func:`emulator.reap.reap`'s). One line per removal;
+    :class:`RequestError` when ``job_dir`` has neither a record nor leftovers."""
     if job_dir is not None:
         lines = reap_job(load(job_dir)) if (Path(job_dir) / RECORD).is_file() else []
         lines += reap_leftovers(job_dir)
@@ -298,7 +285,7 @@ def reap(job_dir: Path | str | None = None) -> list[str]:
     lines = []
     for kept in find_all():
         lines += reap_job(kept)
-    return lines + reap_orphan_agents()
+    return lines
 
 
 def reap_leftovers(job_dir: Path | str) -> list[str]:
@@ -325,112 +312,17 @@ def reap_leftovers(job_dir: Path | str) -> list[str]:
                 continue
             except (OSError, ValueError, KeyError):
                 pass
-        for agent, start in _agents_below(scratch):
-            if _kill_agent(agent, start):
-                lines.append(f"killed the namespace agent {agent} of {job.get('job_name')} (its emulator, "
-                             f"pid {pid}, is gone) and with it every host of that run")
-        if job.get("backend") == "docker":
-            try:
-                from .backends import docker
+        from .backends import get_backend
 
-                names = docker.reap_scratch(scratch)
-            except Exception as exc:  # no docker SDK or engine here: say so, remove the rest
-                lines.append(f"docker: containers of {job.get('job_name')} not reaped ({exc})")
-            else:
-                if names:
-                    lines.append(f"removed {', '.join(names)}")
+        try:
+            backend = get_backend(str(job.get("backend")))
+        except RequestError:  # a backend this emulator does not know: only the folder goes
+            pass
+        else:
+            lines += backend.reap_leftovers(scratch, job_name=str(job.get("job_name")), owner_pid=pid)
         shutil.rmtree(scratch, ignore_errors=True)
         lines.append(f"removed {scratch}, left by a run of {job.get('job_name')} (its emulator, pid {pid}, is gone)")
     return lines
-
-
-def _agent_args(pid: int) -> dict[str, str] | None:
-    """The ``--flag value`` arguments of namespace agent ``pid`` (not of its ``unshare``); None
-    when ``pid`` is no agent."""
-    argv = P.proc_cmdline(pid)  # [python, -S, -E, -s, .../nsagent.py, --scratch, DIR, --owner, PID:START]
-    script = next((i for i, a in enumerate(argv) if a.endswith("nsagent.py")), None)
-    if script is None or not argv or os.path.basename(argv[0]) == "unshare":
-        return None
-    rest = argv[script + 1:]
-    return {rest[i]: rest[i + 1] for i in range(0, len(rest) - 1, 2)}
-
-
-def _agents_below(scratch: Path) -> list[tuple[int, int]]:
-    """(pid, start time) of every namespace agent whose scratch folder is ``scratch`` or below it."""
-    from .backends.process import AGENT_SCRATCH_FLAG
-
-    root = str(scratch).rstrip("/") + "/"
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            args = _agent_args(int(entry))
-            if args is not None and (args.get(AGENT_SCRATCH_FLAG, "") + "/").startswith(root):
-                stat = P.proc_stat(int(entry))
-                if stat is not None:
-                    out.append((int(entry), stat.start_time))
-    return out
-
-
-def reap_orphan_agents() -> list[str]:
-    """SIGKILL every namespace agent (process backend) whose emulator is gone: only kept agents
-    outlive their emulator (the others exit with it), so these are kept jobs whose record is
-    missing (another temp folder, or deleted)."""
-    from .backends.process import AGENT_OWNER_FLAG
-
-    lines = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        args = _agent_args(int(entry))
-        if args is None or AGENT_OWNER_FLAG not in args:
-            continue
-        pid, _, start = args[AGENT_OWNER_FLAG].partition(":")
-        if pid.isdigit() and not P.pid_alive(int(pid), int(start) if start.isdigit() else None):
-            stat = P.proc_stat(int(entry))
-            if stat is not None and _kill_agent(int(entry), stat.start_time):
-                lines.append(f"killed namespace agent {entry} (its emulator, pid {pid}, is gone) and its hosts")
-    return lines
-
-
-def _kill_agent(pid: int, start_time: int | None) -> bool:
-    """SIGKILL a namespace agent (and with it every host of its job): its ``unshare`` parent first
-    (``--kill-child`` takes the agent with it), so that ``unshare`` does not complain on the
-    terminal of the emulator that started it; then the agent itself."""
-    stat = P.proc_stat(pid) if pid > 0 and P.pid_alive(pid, start_time) else None
-    if stat is None:
-        return False
-    parent = P.proc_stat(stat.ppid)
-    if parent is not None and os.path.basename((P.proc_cmdline(stat.ppid) or [""])[0]) == "unshare":
-        _kill(stat.ppid, parent.start_time)
-    _kill(pid, start_time)
-    return True
-
-
-def _kill(pid: int, start_time: int | None) -> bool:
-    """SIGKILL ``pid`` if it is still the process that started at ``start_time``; wait until it
-    is gone. True when it was killed."""
-    if pid <= 0 or not P.pid_alive(pid, start_time):
-        return False
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + REAP_WAIT
-    while time.monotonic() < deadline:
-        stat = P.proc_stat(pid)
-        if stat is None or stat.start_time != start_time or stat.state in ("Z", "X"):
-            break
-        time.sleep(0.05)
-    return True
-
-
-def _container_status(name: str) -> str:
-    from .backends import docker
-
-    try:
-        return str(docker._client().containers.get(name).status)
-    except Exception as exc:  # removed, or no engine
-        return f"not found ({type(exc).__name__})"
 
 
 def _shown(path: Path) -> str:

@@ -15,8 +15,11 @@ Order of calls per attempt::
 and after the last attempt, while the job's scratch folder (with the ranks' diagnostics records)
 still exists: ``report(finish)``.
 
-Every hook has a no-op default in :class:`Observer`; subclass it and override what you need. A
-hook must not raise: the supervisor logs an observer's exception as a diagnostic and goes on.
+Every hook has a no-op default in :class:`Observer`; subclass it and override what you need. The
+supervisor calls each hook directly (typed, no dispatch by name). One error policy for every hook,
+``report`` and ``deviations`` included: an observer's exception never breaks the job; that call
+is skipped (no events, no restart or failure request, no report from it) and recorded once per
+observer and hook as an ``observer-error`` diagnostic in ``job.json``.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class JobPlan:
         return next(h for h in self.hosts if h.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"request": self.request.to_dict(), "runner": self.runner,
+        return {"request": self.request.to_dict(training_image=self.runtime.training_image), "runner": self.runner,
                 "python": self.runtime.python, "hosts": [h.to_dict() for h in self.hosts]}
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,19 +55,7 @@ def shell_command(job_dir: Path | str, host: str, command: Sequence[str], *,
     ``terminal``: allocate a terminal (docker) / pass ``TERM`` (process backend)."""
     job = checked_host(job_dir, host)
     command = list(command) or list(DEFAULT_SHELL)
-    facts = job.hosts[host]
-    if job.backend == "docker":
-        if shutil.which("docker") is None:
-            raise RequestError("HOST", f"entering {host} needs the docker command line client on PATH")
-        return [shutil.which("docker") or "docker", "exec", "-i", *(["-t"] if terminal else []),
-                str(facts["container"]), *command], dict(os.environ)
-    from .backends.process import nsenter_argv
-
-    env = _launch_env(job, host)
-    if terminal and os.environ.get("TERM"):
-        env["TERM"] = os.environ["TERM"]
-    argv = nsenter_argv(int(facts["pid"]), command, workdir=True)
-    return [shutil.which(argv[0]) or argv[0], *argv[1:]], env
+    return job.backend_hosts.exec_argv(host, command, terminal=terminal, env=_launch_env(job, host))
 
 
 def shell(job_dir: Path | str, host: str, command: Sequence[str]) -> NoReturn:
@@ -82,13 +69,14 @@ def shell(job_dir: Path | str, host: str, command: Sequence[str]) -> NoReturn:
         raise EmulatorError(f"could not run {argv[0]}: {exc}") from None
 
 
-def _launch_env(job: kept_jobs.KeptJob, host: str) -> dict[str, str]:
-    """The environment the host's PID 1 started with (the job's ``launch-spec.json``)."""
+def _launch_env(job: kept_jobs.KeptJob, host: str) -> dict[str, str] | None:
+    """The environment the host's PID 1 started with (the job's ``launch-spec.json``); None when
+    that file does not describe ``host``."""
     try:
         spec = json.loads((job.job_dir / "launch-spec.json").read_text())
         return dict(next(h["environment"] for h in spec["hosts"] if h["name"] == host))
     except (OSError, ValueError, KeyError, StopIteration):
-        raise RequestError("JOB_DIR", f"{job.job_dir}/launch-spec.json does not describe {host}") from None
+        return None
 
 
 # -- ps -----------------------------------------------------------------------------------------
@@ -121,25 +109,8 @@ def processes(job_dir: Path | str, hosts: Sequence[str] = ()) -> dict[str, list[
     return out
 
 
-def _machine_pids(job: kept_jobs.KeptJob, host: str) -> list[int]:
-    facts = job.hosts[host]
-    if job.backend == "process":
-        from .backends.process import namespace_pids
-
-        return namespace_pids(int(facts["pid"]))
-    from .backends import docker
-
-    top = docker._client().containers.get(str(facts["container"])).top(ps_args="-eo pid")
-    column = top["Titles"].index("PID")
-    pids = [int(p[column]) for p in top.get("Processes") or []]
-    if pids and not P.proc_nspids(pids[0]):
-        raise RequestError("HOST", f"the processes of {host} are not visible here (the docker engine runs on "
-                           f"another machine); use: python -m emulator shell {job.job_dir} {host} -- ps -ef")
-    return pids
-
-
 def _host_processes(job: kept_jobs.KeptJob, host: str) -> list[HostProcess]:
-    machine = _machine_pids(job, host)
+    machine = job.backend_hosts.pids(host)
     inner = {pid: (P.proc_nspids(pid) or [0])[-1] for pid in machine}
     diag = Path(job.data.get("diag_dir", ""))
     rows = []

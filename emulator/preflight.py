@@ -67,7 +67,7 @@ class MissingPackage(BackendUnavailable):
 
 def check(request: JobRequest, backend: Backend) -> None:
     """Every pre-start check for ``request`` on ``backend`` (reads only)."""
-    checkpoint_path(request, backend.name)
+    checkpoint_path(request, backend)
     python = backend.job_python(request)
     if python is not None:
         missing = missing_packages(request, python)
@@ -76,7 +76,7 @@ def check(request: JobRequest, backend: Backend) -> None:
 
 
 # -- checkpoint path ------------------------------------------------------------------------------
-def checkpoint_path(request: JobRequest, backend: str) -> None:
+def checkpoint_path(request: JobRequest, backend: Backend) -> None:
     """Refuse a ``CheckpointConfig.LocalPath`` outside ``/opt/ml`` that the hosts cannot get.
 
     Honoured: a path under ``/opt/ml`` (a folder of the host's tree), and elsewhere a per-host
@@ -94,7 +94,7 @@ def checkpoint_path(request: JobRequest, backend: str) -> None:
     if local in SYSTEM_PATHS or P.OPT_ML.startswith(local + "/") or local.startswith(("/proc/", "/sys/", "/dev/")):
         raise RequestError(field, f"{local} is a system folder; mounting the checkpoints over it would hide it",
                            allowed=allowed)
-    if backend != "process":
+    if not backend.shares_machine_filesystem:
         return
     private = local.startswith("/tmp/") or (local.startswith("/opt/") and not Path(P.OPT_ML).is_dir())
     if not private and not Path(local).is_dir():

@@ -5,10 +5,10 @@ Kept hosts (``--keep-hosts``, see :mod:`emulator.kept`): with ``JOB_DIR``, that 
 every kept job recorded in this machine's temp folder and every kept namespace agent whose emulator
 is gone. Process backend otherwise: a job's hosts live in namespaces whose PID 1 (the namespace
 agent) exits when its emulator does, so no process can be left; what can remain is a killed run's
-temporary folders, removed here when their owner process is gone. Docker backend: containers and
-networks labelled by an emulator process that no longer exists (see
-:func:`emulator.backends.docker.reap`), and helper containers (wheelhouse, image probe, image
-build) whose owner is gone (:func:`emulator.helpers.reap`).
+temporary folders, removed here when their owner process is gone. Then each backend removes what
+its runs whose emulator is gone left machine-wide (``Backend.reap_orphans``: kept namespace agents
+without a record; docker: containers and networks labelled by an emulator process that no longer
+exists, and helper containers — wheelhouse, image probe, image build — whose owner is gone).
 """
 
 from __future__ import annotations
@@ -37,18 +37,9 @@ def reap(job_dir: Path | str | None = None) -> list[str]:
     (:class:`~emulator.errors.RequestError` when it is not one)."""
     if job_dir is not None:
         return kept.reap(job_dir)
-    lines = kept.reap() + reap_temp()
-    try:
-        from .backends import docker as docker_backend
-    except ImportError:
-        return lines
-    reaper = getattr(docker_backend, "reap", None)
-    if reaper is not None:
-        try:
-            lines += list(reaper())
-            from . import helpers  # wheelhouse, probe and image-build helper containers
+    from .backends import BACKENDS, get_backend
 
-            lines += helpers.reap(docker_backend._client())
-        except Exception as exc:  # no engine here: nothing of docker to reap
-            lines.append(f"docker: not reaped ({exc})")
-    return lines
+    lines = kept.reap()
+    for name in BACKENDS:
+        lines += get_backend(name).reap_orphans()
+    return lines + reap_temp()

@@ -186,8 +186,10 @@ class JobRequest:
         """Where this job's results go: ``<output_path>/<job_name>``."""
         return self.output_path / self.job_name
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (for ``plan`` and ``job.json``)."""
+    def to_dict(self, *, training_image: str | None = None) -> dict[str, Any]:
+        """A JSON-ready view (for ``plan`` and ``job.json``); ``training_image``: what
+        ``AlgorithmSpecification.TrainingImage`` says when the request names no image (the
+        backend's: the image its hosts run, or its own placeholder)."""
         return {
             "TrainingJobName": self.job_name,
             "HyperParameters": dict(self.hyperparameters),
@@ -203,7 +205,7 @@ class JobRequest:
             "CheckpointConfig": {"LocalPath": self.checkpoint_local_path,
                                  **({"S3Uri": self.checkpoint_dir.as_uri()} if self.checkpoint_dir else {})},
             "Environment": dict(self.environment),
-            "AlgorithmSpecification": {"TrainingImage": self.image_uri or "emulator:process",
+            "AlgorithmSpecification": {"TrainingImage": self.image_uri or training_image,
                                        "TrainingInputMode": "File",
                                        **({"ContainerEntrypoint": list(self.container_entrypoint)}
                                           if self.container_entrypoint is not None else {}),

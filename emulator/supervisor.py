@@ -30,29 +30,29 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, TypeVar
 
 from . import deviations, kept, materialise
 from . import plan as planning
 from .archives import build_archive
-from .backends import choose, get_backend
-from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken
-from .console import LogTailer, display_log, paint, table, tail
+from .backends import DEFAULT_BACKEND, choose, get_backend
+from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken, diag_folder
+from .console import LogTailer, display_log, paint
+from .description import LAUNCH_SPEC_FILE, FirstFailure, describe, failure_reason
 from .errors import EmulatorError
 from .inhost import protocol as P
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
 from .profiles import speedups
 from .request import JobRequest
-from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, iso, write_description
+from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, write_description
+from .summary import write_summary
 
 #: Grace for hosts stopped because another host failed, or on Ctrl-C.
 FAIL_FAST_GRACE = 2.0
 POLL_INTERVAL = 0.05
-FAILED_LOG_LINES = 20
 #: How often ``start`` is retried when a concurrent job takes the spec's subnet first.
 START_TRIES = 5
-#: Where the spec that ran is written in the job dir.
-LAUNCH_SPEC_FILE = "launch-spec.json"
+T = TypeVar("T")
 
 MESSAGES = {
     "Starting": "Preparing the instances for training",
@@ -88,15 +88,6 @@ class Outcome(enum.Enum):
 #: Why hosts that still run are stopped, per outcome.
 STOP_REASONS = {Outcome.FAILED: StopReason.FAIL_FAST, Outcome.STOPPED: StopReason.STOP_REQUEST,
                 Outcome.MAX_RUNTIME: StopReason.MAX_RUNTIME, Outcome.INTERRUPTED: StopReason.SPOT}
-
-
-@dataclass(frozen=True)
-class FirstFailure:
-    """The host that failed first: how it ended and when (wall clock)."""
-
-    host: str
-    exit: P.HostExit
-    time: float
 
 
 @dataclass(frozen=True)
@@ -226,34 +217,47 @@ class _JobRun:
         self.logs = self.job_dir / "logs"
         self.scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
         kept.claim(self.scratch, job_dir=self.job_dir, job_name=request.job_name, backend=backend.name)
-        self.diag_dir = self.scratch / "backend-0" / "diagnostics"
+        self.diag_dir = diag_folder(self.scratch / "backend-0")
         self.deadline = 0.0
         self.observer_errors: list[Diagnostic] = []
+        self._failed_hooks: set[tuple[int, str]] = set()  # (observer, hook) already recorded
         self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept.py)
-        self.ran_image: str | None = None  # the image the hosts ran (docker backend)
+        #: The last attempt's plan and the launch spec that ran (what ``job.json`` reports).
+        self.job_plan: planning.JobPlan | None = None
+        self.spec: LaunchSpec | None = None
         #: What the backend's ``prepare`` warned about, and the framework that ran (the spec's).
         self.prepare_warnings: list[str] = []
         self.framework: dict[str, Any] | None = None
         #: An observer's FailureReason for a job it asked to fail (a rendezvous error).
         self.requested_failure: str | None = None
 
-    # -- observers -------------------------------------------------------------------------------
-    def _notify(self, hook: str, *args: Any) -> None:
+    # -- observers: one error policy ------------------------------------------------------------
+    def _each(self, hook: str, call: Callable[[Observer], T]) -> list[T]:
+        """``call(observer)`` for every observer, in order; what each returned. An observer that
+        raises is skipped for this call and recorded as an ``observer-error`` diagnostic (once
+        per observer and hook: a hook called per poll or per line would repeat it); it never
+        breaks the job. ``hook``: the hook's name, for the diagnostic."""
+        out: list[T] = []
         for o in self.observers:
             try:
-                result = getattr(o, hook)(*args)
+                out.append(call(o))
             except Exception as exc:  # an observer must never break the job
-                self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.{hook}: {exc!r}"))
-                continue
-            if hook in ("on_tick", "before_stop", "on_end") and result:
-                self.events.extend(result)
+                key = (id(o), hook)
+                if key not in self._failed_hooks:
+                    self._failed_hooks.add(key)
+                    self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.{hook}: {exc!r}"))
+        return out
+
+    def _events(self, hook: str, call: Callable[[Observer], Sequence[Event]]) -> None:
+        """A hook that returns events: keep them for ``job.json`` and the timeline."""
+        for events in self._each(hook, call):
+            self.events.extend(events or ())
+
+    def _tick(self, now: float) -> None:
+        self._events("on_tick", lambda o: o.on_tick(now))
 
     def _on_line(self, host: str, line: str) -> None:
-        for o in self.observers:
-            try:
-                o.on_line(host, line)
-            except Exception:
-                pass
+        self._each("on_line", lambda o: o.on_line(host, line))
 
     def _enter(self, status: str) -> None:
         self.events.append(self.transitions.enter(status))
@@ -308,27 +312,27 @@ class _JobRun:
                     job_plan, spec = self._plan(python, scratch)
             assert handle is not None
             (self.job_dir / LAUNCH_SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=1, default=str))
-            self.ran_image = spec.hosts[0].image
+            self.job_plan, self.spec = job_plan, spec
             started = clock.monotonic()
             self.events += [Event(clock.time(), "host-start", h.name) for h in spec.hosts]
-            self.diag_dir = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR),
-                                 scratch / "diagnostics")
+            self.diag_dir = spec.diag_dir
             from .rendezvous import expected_processes
 
-            self._notify("on_start", AttemptContext(number, handle, tuple(h.name for h in spec.hosts),
-                                                    self.diag_dir, started, clock.time(), say=self._say,
-                                                    expected_processes=expected_processes(
-                                                        h.launcher for h in job_plan.hosts)))
+            ctx = AttemptContext(number, handle, tuple(h.name for h in spec.hosts), self.diag_dir, started,
+                                 clock.time(), say=self._say,
+                                 expected_processes=expected_processes(h.launcher for h in job_plan.hosts))
+            self._each("on_start", lambda o: o.on_start(ctx))
             outcome, first = self._watch(handle, exits)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM through the CLI
             interrupted, outcome = exc, Outcome.STOPPED
             self._enter("Stopping")
             self._say("interrupted: stopping every host")
             if handle is not None:
-                self._notify("before_stop", StopReason.INTERRUPT)
+                self._events("before_stop", lambda o: o.before_stop(StopReason.INTERRUPT))
                 self._keep(handle, StopReason.INTERRUPT)
         finally:
-            self._notify("on_end", clock.monotonic())
+            now = clock.monotonic()
+            self._events("on_end", lambda o: o.on_end(now))
             if handle is not None:
                 handle.teardown(FAIL_FAST_GRACE)
             if tailer is not None:
@@ -359,12 +363,14 @@ class _JobRun:
                     if not ended.ok and first is None:
                         first = FirstFailure(name, ended, clock.time())
                         self.events.append(Event(first.time, "first-failure", name, ended.describe()))
-            self._notify("on_tick", clock.monotonic())
+            self._tick(clock.monotonic())
             if self.requested_failure is None:
-                self.requested_failure = next((r for r in (o.failure_requested() for o in self.observers) if r), None)
+                self.requested_failure = next(
+                    (r for r in self._each("failure_requested", lambda o: o.failure_requested()) if r), None)
+            restart = any(self._each("restart_requested", lambda o: o.restart_requested()))
             outcome = decide({n: e for n, (e, _) in exits.items()}, len(handle.hosts), now=clock.monotonic(),
                              deadline=self.deadline, stop_requested=self.stop.is_set(),
-                             restart_requested=any(o.restart_requested() for o in self.observers),
+                             restart_requested=restart,
                              failure_requested=self.requested_failure is not None)
             if outcome is None:
                 clock.sleep(POLL_INTERVAL)
@@ -392,7 +398,7 @@ class _JobRun:
             reason = StopReason.DIAGNOSIS
         if any(name not in exits for name in handle.hosts):
             self.events.append(Event(self.clock.time(), "stop", None, reason.value))
-            self._notify("before_stop", reason)
+            self._events("before_stop", lambda o: o.before_stop(reason))
             if outcome is not Outcome.INTERRUPTED:
                 self._keep(handle, reason)
         handle.teardown(grace)
@@ -426,11 +432,7 @@ class _JobRun:
             finish = FinishContext(self.job_dir, self.diag_dir, last.outcome.status, last.outcome.secondary,
                                    tuple(hosts), tuple(self.events),
                                    last.first_failure.host if last.first_failure else None)
-            for o in self.observers:  # before the scratch tree (rank records) goes
-                try:
-                    reports.append(o.report(finish))
-                except Exception as exc:
-                    self.observer_errors.append(Diagnostic("observer-error", f"{type(o).__name__}.report: {exc!r}"))
+            reports += self._each("report", lambda o: o.report(finish))  # before the scratch tree (rank records) goes
         finally:
             if self.kept is None:  # a kept job's hosts still use it; `reap` removes it
                 shutil.rmtree(self.scratch, ignore_errors=True)
@@ -439,46 +441,51 @@ class _JobRun:
         out_dir = self.job_dir / "output"
         model = build_archive(out_dir / "model.tar.gz", [r / "model" for r in roots], always=True)
         output = build_archive(out_dir / "output.tar.gz", [r / "output" / "data" for r in roots], always=False)
-        failure_reason = None
+        reason = None
         if last.outcome is Outcome.FAILED:
-            failure_reason = (self.requested_failure[:FAILURE_REASON_LIMIT]
-                              if self.requested_failure is not None and last.first_failure is None
-                              else _failure_reason(hosts, last.first_failure))
+            reason = (self.requested_failure[:FAILURE_REASON_LIMIT]
+                      if self.requested_failure is not None and last.first_failure is None
+                      else failure_reason(hosts, last.first_failure))
         self._enter(last.outcome.secondary)
         self.transitions.close()
         merged = _merge(reports)
-        diagnostics = [*merged.diagnostics, *self.observer_errors]
-        end = clock.time()
         spot = sum(a.outcome is Outcome.INTERRUPTED for a in attempts)
-        description = _describe(request, self.transitions, created, end, last, hosts, diagnostics, self.be.name,
-                                failure_reason)
-        if spot:  # billed for training time only, across the attempts
-            description["BillableTimeInSeconds"] = max(1, round(sum(a.training_seconds for a in attempts)))
-        if self.ran_image and request.image_uri is None:  # SageMaker echoes the requested image; none was
-            description["AlgorithmSpecification"]["TrainingImage"] = self.ran_image
-        description["Emulator"].update({
-            "Image": self.ran_image,  # what ran (a DLC URI runs the emulator's image)
+        image = self.spec.image if self.spec is not None else None  # what ran (a DLC URI runs the emulator's image)
+        observer_deviations = [d for ds in self._each("deviations", lambda o: list(o.deviations())) for d in ds]
+        emulator = {
+            "Image": image,
             "SpotInterruptions": spot,
             "Faults": [],
             "Warnings": [*self.prepare_warnings, *merged.warnings],
-            "Deviations": [*deviations.for_request(request, self.framework, self.be.name),
-                           *(d for o in self.observers for d in _observer_deviations(o))],
+            "Deviations": [*deviations.for_request(request, self.framework, fast_start=self.be.fast_start),
+                           *observer_deviations],
             "Framework": self.framework,
             "Events": [e.to_dict() for e in sorted(self.events + merged.events, key=lambda e: e.time)],
             **merged.emulator,
             **kept.describe(self.kept),
             **choose.describe(self.be),  # Emulator.BackendReason (emulator/backends/choose.py)
-        })
+        }
+        diagnostics = [*merged.diagnostics, *self.observer_errors]  # with the deviations' errors
+        description = describe(
+            request, transitions=self.transitions.transitions, created=created, end=clock.time(),
+            status=last.outcome.status, secondary_status=last.outcome.secondary, runner=last.runner, hosts=hosts,
+            first_failure=last.first_failure, diagnostics=diagnostics, backend=self.be.name, failure=reason,
+            # SageMaker echoes the requested image; when none was, the image that ran (or the backend's word)
+            training_image=image or (self.job_plan.runtime.training_image if self.job_plan is not None else None),
+            # spot: billed for training time only, across the attempts
+            billable_seconds=sum(a.training_seconds for a in attempts) if spot else None,
+            emulator=emulator)
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
             shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
         result = JobResult(job_name=request.job_name, status=last.outcome.status,
-                           secondary_status=last.outcome.secondary, failure_reason=failure_reason,
+                           secondary_status=last.outcome.secondary, failure_reason=reason,
                            job_dir=self.job_dir, hosts=tuple(hosts), description=description,
                            model_artifact=model, output_artifact=output, diagnostics=tuple(diagnostics),
                            warnings=(*self.prepare_warnings, *merged.warnings),
                            first_failure=last.first_failure.host if last.first_failure else None)
-        _summary(result, self.stream, self.echo, merged.console)
+        if self.echo:
+            write_summary(result, self.stream, merged.console)
         if self.echo and self.kept is not None:  # last: what to do next
             self.stream.write("\n".join(kept.console(self.kept)) + "\n")
         if last.interrupted is not None:
@@ -491,7 +498,7 @@ class _JobRun:
             self.stream.flush()
 
 
-def run(request: JobRequest, *, backend: str | Backend = "auto", stream: TextIO | None = None,
+def run(request: JobRequest, *, backend: str | Backend = DEFAULT_BACKEND, stream: TextIO | None = None,
         echo: bool = True, stop_grace: float = P.STOP_GRACE, keep_hosts: bool = False,
         faults: Sequence[Any] = (), stop: threading.Event | None = None,
         observers: Sequence[Observer] | None = None, clock: Clock | None = None,
@@ -545,13 +552,6 @@ def first_failed(exits: Mapping[str, Any]) -> str | None:
     return next((name for name, (e, _) in exits.items() if not e.ok), None)
 
 
-def _observer_deviations(observer: Observer) -> list[str]:
-    try:
-        return list(observer.deviations())
-    except Exception:  # an observer must never break the job
-        return []
-
-
 def _merge(reports: Sequence[Report]) -> Report:
     merged = Report()
     for r in reports:
@@ -561,85 +561,3 @@ def _merge(reports: Sequence[Report]) -> Report:
         merged.console += r.console
         merged.events += r.events
     return merged
-
-
-def _failure_reason(hosts: Sequence[HostOutcome], first: FirstFailure | None) -> str:
-    """``AlgorithmError: `` + the first failing host's failure file (as the toolkit wrote it), else
-    the container's exit status, as SageMaker reports it."""
-    ordered = sorted(hosts, key=lambda h: (h.name != (first.host if first else None), h.name))
-    for h in ordered:
-        if h.failure:
-            return ("AlgorithmError: " + h.failure.strip())[:FAILURE_REASON_LIMIT]
-    return f"AlgorithmError: Exit Code: {first.exit.status if first else 1}"
-
-
-def _describe(request: JobRequest, transitions: _Transitions, created: float, end: float,
-              last: AttemptResult, hosts: Sequence[HostOutcome], diagnostics: Sequence[Diagnostic],
-              backend: str, failure_reason: str | None = None) -> dict[str, Any]:
-    start = next((t.start for t in transitions.transitions if t.status == "Downloading"), created)
-    seconds = max(1, round(end - start))
-    first = last.first_failure
-    d: dict[str, Any] = {
-        "TrainingJobName": request.job_name,
-        "TrainingJobArn": request.arn,
-        "TrainingJobStatus": last.outcome.status,
-        "SecondaryStatus": last.outcome.secondary,
-        "SecondaryStatusTransitions": [t.to_dict() for t in transitions.transitions],
-        "CreationTime": iso(created),
-        "TrainingStartTime": iso(start),
-        "TrainingEndTime": iso(end),
-        "LastModifiedTime": iso(end),
-        "TrainingTimeInSeconds": seconds,
-        "BillableTimeInSeconds": seconds,
-        **{k: v for k, v in request.to_dict().items() if k != "TrainingJobName"},
-    }
-    model = request.job_dir / "output" / "model.tar.gz"
-    d["ModelArtifacts"] = {"S3ModelArtifacts": model.as_uri() if model.exists() else None}
-    if last.outcome is Outcome.FAILED:
-        d["FailureReason"] = failure_reason or _failure_reason(hosts, first)
-    d["Emulator"] = {
-        "Backend": backend,
-        "Runner": last.runner,
-        "JobDir": str(request.job_dir),
-        "LaunchSpec": str(request.job_dir / LAUNCH_SPEC_FILE),
-        "Hosts": [{"Host": h.name, "ExitCode": h.exit_code, "Signal": _signal_name(h.signal), "How": h.how,
-                   "Log": str(h.log)} for h in hosts],
-        "FirstFailure": ({"Host": first.host, "ExitCode": first.exit.status,
-                          "Signal": _signal_name(first.exit.signal), "Time": iso(first.time)} if first else None),
-        "Diagnostics": [{"Kind": x.kind, "Message": x.message, "Hosts": list(x.hosts)} for x in diagnostics],
-    }
-    return d
-
-
-def _signal_name(sig: int | None) -> str | None:
-    if sig is None:
-        return None
-    import signal
-
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return str(sig)
-
-
-def _summary(result: JobResult, stream: TextIO, echo: bool, console: Sequence[str]) -> None:
-    if not echo:
-        return
-    rows = [(h.name, h.how, str(h.log)) for h in result.hosts]
-    colour = "32" if result.ok else "31"
-    stream.write("\n" + table(["host", "ended", "log"], rows) + "\n")
-    stream.write(paint(f"{result.job_name}: {result.status} ({result.secondary_status})", colour, stream) + "\n")
-    if result.first_failure is not None:
-        host = next(h for h in result.hosts if h.name == result.first_failure)
-        stream.write(f"first failure: {host.name} ({host.how}); last lines of {host.log}:\n")
-        stream.write("\n".join("    " + line for line in tail(host.log, FAILED_LOG_LINES).splitlines()) + "\n")
-    if result.failure_reason:
-        stream.write(f"FailureReason: {result.failure_reason}\n")
-    for line in console:
-        stream.write(line + "\n")
-    for w in result.warnings:
-        stream.write(paint(f"warning: {w}", "33", stream) + "\n")
-    for d in result.diagnostics:
-        stream.write(paint(f"diagnostic ({d.kind}): {d.message}", "33", stream) + "\n")
-    stream.write(f"job.json: {result.job_dir / 'job.json'}\n")
-    stream.flush()

@@ -116,6 +116,10 @@ class FakeBackend:
     attempts: list[dict[str, HostScript]] = field(default_factory=lambda: [{}])
     jobs: list[FakeJob] = field(default_factory=list)
     name: str = "fake"
+    fast_start: bool = False
+    shares_machine_filesystem: bool = False
+    #: Lines each host's log holds once it has started (the log tailer hands them to observers).
+    lines: dict[str, list[str]] = field(default_factory=dict)
 
     def check(self) -> None:
         pass
@@ -145,4 +149,7 @@ class FakeBackend:
         scripts = self.attempts[min(len(self.jobs), len(self.attempts) - 1)]
         job = FakeJob(spec, scripts, self.clock)
         self.jobs.append(job)
+        for h in spec.hosts:
+            with open(h.log_path, "a") as log:
+                log.writelines(line + "\n" for line in self.lines.get(h.name, ()))
         return job

@@ -256,11 +256,13 @@ def test_checkpoint_path_is_checked_per_backend(src: Path, tmp_path: Path, path:
                                                 ok: bool) -> None:
     req = rq.create(entry_point="train.py", source_dir=src, checkpoint_dir=tmp_path / "ck",
                     checkpoint_local_path=path, output_path=tmp_path / "out", job_name="ck")
+    from emulator.backends import get_backend
+
     if ok:
-        preflight.checkpoint_path(req, backend)
+        preflight.checkpoint_path(req, get_backend(backend))
     else:
         with pytest.raises(RequestError) as info:
-            preflight.checkpoint_path(req, backend)
+            preflight.checkpoint_path(req, get_backend(backend))
         assert info.value.field == "CheckpointConfig.LocalPath"
 
 

@@ -245,3 +245,39 @@ def test_the_launch_spec_that_ran_is_written(job: rq.JobRequest) -> None:
     assert [h["address"] for h in spec["hosts"]] == ["10.0.0.2", "10.0.0.3"]
     assert spec["hosts"][1]["environment"]["TRAINING_JOB_NAME"] == "fake-job"
     assert result.description["Emulator"]["LaunchSpec"].endswith("launch-spec.json")
+
+
+HOOKS = ("on_start", "on_line", "on_tick", "restart_requested", "failure_requested", "deviations", "before_stop",
+         "on_end", "report")
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_an_observer_raising_in_any_hook_is_recorded_and_does_not_break_the_job(job: rq.JobRequest,
+                                                                                 hook: str) -> None:
+    """One error policy for every hook: the job ends as it would have without the observer, and
+    the exception is an ``observer-error`` diagnostic (once, though the hook is called every poll)."""
+
+    class Raises(Observer):
+        pass
+
+    def boom(*_args: object) -> None:
+        raise RuntimeError(f"boom in {hook}")
+
+    setattr(Raises, hook, boom)
+    # algo-2 fails: hosts are stopped (before_stop runs) and the job fails as without the observer
+    backend = FakeBackend(FakeClock(), [{"algo-1": HostScript(30.0), "algo-2": HostScript(0.5, status=3)}],
+                          lines={"algo-1": ["a line"]})
+    result, recorder = _run_with(job, backend, Raises())
+    assert (result.status, result.secondary_status) == ("Failed", "Failed")
+    assert result.first_failure == "algo-2"
+    errors = [d.message for d in result.diagnostics if d.kind == "observer-error"]
+    assert errors == [f"Raises.{hook}: RuntimeError('boom in {hook}')"]
+    assert recorder.calls == ["start:0", "before_stop", "end", "report:Failed"]  # the others still ran
+    assert json.loads((job.job_dir / "job.json").read_text())["Emulator"]["Diagnostics"][-1]["Kind"] == "observer-error"
+
+
+def _run_with(job: rq.JobRequest, backend: FakeBackend, *observers: Observer) -> tuple:
+    recorder = Recorder()
+    result = run(job, backend=backend, echo=False, stop_grace=GRACE, clock=backend.clock,
+                 observers=[*observers, recorder])
+    return result, recorder

@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib
 
 from ..errors import RequestError
-from .base import Backend, HostHandle, HostLaunch, JobHandle, LaunchSpec, Mount, Runtime
+from .base import Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime
 
 #: The backends by name; ``auto`` (the default everywhere) picks one of them (:mod:`.choose`).
 BACKENDS = {"process": "emulator.backends.process:ProcessBackend",
             "docker": "emulator.backends.docker:DockerBackend"}
+#: The backend a job runs on unless it asks for another.
+DEFAULT_BACKEND = "auto"
 
-__all__ = ["BACKENDS", "Backend", "HostHandle", "HostLaunch", "JobHandle", "LaunchSpec", "Mount", "Runtime",
-           "get_backend"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
+           "LaunchSpec", "Mount", "Runtime", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:

@@ -62,6 +62,9 @@ class Runtime:
     #: The sagemaker-training release that runs in the hosts (the launcher prediction follows
     #: it); None: not known (a user's image), no launcher is predicted.
     toolkit: str | None = TOOLKIT_VERSION
+    #: What ``AlgorithmSpecification.TrainingImage`` says when the request names no image and the
+    #: hosts run none (:attr:`LaunchSpec.image`); None: the image the hosts run says it.
+    training_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,15 @@ class HostLaunch:
     #: docker backend, the container's process (the image's ENTRYPOINT followed by ``command``).
     argv: tuple[str, ...]
     image: str | None = None  # docker backend: the image
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)  # what the backend labels the host with
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "hostname": self.name,
                 "image": self.image, "command": list(self.command), "workdir": self.workdir,
                 "environment": dict(self.env), "mounts": [m.to_dict() for m in self.mounts],
                 "hosts_file": self.hosts_file, "log": str(self.log_path),
-                **({"argv": list(self.argv)} if self.argv else {})}
+                **({"argv": list(self.argv)} if self.argv else {}),
+                **({"labels": dict(self.labels)} if self.labels else {})}
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,16 @@ class LaunchSpec:
 
     def host(self, name: str) -> HostLaunch:
         return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def image(self) -> str | None:
+        """The image the hosts run (None: the backend runs no image)."""
+        return self.hosts[0].image if self.hosts else None
+
+    @property
+    def diag_dir(self) -> Path:
+        """This machine's folder that every host sees as ``EMULATOR_DIAG_DIR``."""
+        return diag_folder(self.scratch)
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "job_id": self.job_id, "network": self.subnet,
@@ -155,10 +169,44 @@ class JobHandle(Protocol):
         """
 
 
+class KeptHosts(Protocol):
+    """The hosts of a kept job (``--keep-hosts``, see :mod:`emulator.kept`), found again from the
+    facts :meth:`JobHandle.keep` returned (``record``: the job's ``kept.json``), by a later
+    ``python -m emulator shell|ps|reap`` process. Methods take a host the record names as kept."""
+
+    def gone(self, host: str) -> str | None:
+        """Why ``host`` can no longer be entered (it has exited since it was kept, how), or None
+        while it still exists."""
+
+    def exec_argv(self, host: str, command: Sequence[str], *, terminal: bool,
+                  env: Mapping[str, str] | None) -> tuple[list[str], dict[str, str]]:
+        """The argv (``argv[0]`` an absolute path where it is found) and environment that run
+        ``command`` inside ``host``, from this machine. ``env``: the environment the host's PID 1
+        started with (``launch-spec.json``; None when it cannot be read), for backends that enter
+        a host without its own environment; ``terminal``: the caller has a terminal. Raises
+        :class:`~emulator.errors.RequestError` when the host cannot be entered from here."""
+
+    def pids(self, host: str) -> list[int]:
+        """PIDs (as seen on this machine) of every process of ``host``; raises
+        :class:`~emulator.errors.RequestError` when they are not visible here."""
+
+    def remove(self) -> list[str]:
+        """Remove every host of the job (processes, containers, network); one line per removal
+        for people. Idempotent."""
+
+
 class Backend(Protocol):
-    """Starts jobs. ``check()`` raises :class:`~emulator.errors.BackendUnavailable` with a hint."""
+    """Starts jobs. ``check()`` raises :class:`~emulator.errors.BackendUnavailable` with a hint.
+
+    Capabilities (what code outside the backends asks instead of the backend's name):
+    ``fast_start``: ranks can be forked from a pre-imported interpreter (the profile's fast
+    start applies); ``shares_machine_filesystem``: hosts see this machine's filesystem outside the
+    folders the spec mounts (so a mount point may have to be created on this machine).
+    """
 
     name: str
+    fast_start: bool
+    shares_machine_filesystem: bool
 
     def check(self) -> None: ...
 
@@ -191,10 +239,31 @@ class Backend(Protocol):
     def start(self, spec: LaunchSpec) -> JobHandle:
         """Start exactly ``spec``. On failure, undo the partial start, then raise."""
 
+    def attach(self, record: Mapping[str, Any]) -> KeptHosts:
+        """The kept hosts ``record`` (a kept job's ``kept.json``, written by this backend's
+        :meth:`JobHandle.keep` facts) describes. Never raises for hosts that are gone."""
+
+    def reap_leftovers(self, scratch: Path, *, job_name: str, owner_pid: int) -> list[str]:
+        """Remove every host a run of ``job_name`` whose emulator (``owner_pid``) is gone left
+        below ``scratch`` (its scratch folder): the emulator was killed before it wrote a kept
+        record, or before its teardown. One line per removal (or why nothing could be looked at);
+        nothing when the backend has nothing of that run here. The caller removes ``scratch``."""
+
+    def reap_orphans(self) -> list[str]:
+        """Remove, machine-wide, what runs of this backend whose emulator is gone left (kept
+        hosts whose record is missing, containers, networks, helper containers). One line per
+        removal (or why nothing could be looked at)."""
+
 
 class SubnetTaken(Exception):
     """Raised by ``start`` when the spec's subnet was taken after the spec was made (a concurrent
     job); the supervisor makes a new spec and starts again."""
+
+
+def diag_folder(scratch: Path) -> Path:
+    """The folder under a spec's ``scratch`` that a backend mounts as every host's
+    ``EMULATOR_DIAG_DIR`` (the ranks' diagnostics records; read by the observers)."""
+    return scratch / "diagnostics"
 
 
 def hosts_file(addresses: Mapping[str, str]) -> str:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..images import JobImage
     from ..plan import JobPlan
     from ..request import JobRequest
+    from .base import KeptHosts
 
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
 IMAGE_SESSION = "nox -s image"
@@ -407,6 +408,8 @@ class DockerBackend:
     """
 
     name = "docker"
+    fast_start = False  # every process starts normally
+    shares_machine_filesystem = False  # a container sees only its image and the spec's mounts
 
     def __init__(self, *, owner: tuple[int, int] | None = None) -> None:
         self.owner = owner if owner is not None else (os.getuid(), os.getgid())
@@ -430,6 +433,7 @@ class DockerBackend:
         is read from the engine when the launch spec is made. With ``request``: the toolkit
         release of the job's image (what ``prepare`` read from it; the framework table's before)."""
         toolkit: str | None = TOOLKIT_VERSION
+        tag: str | None = None  # AlgorithmSpecification.TrainingImage when the request names none
         if request is not None:
             from .. import images
 
@@ -438,8 +442,9 @@ class DockerBackend:
             toolkit = (found.training_toolkit if found is not None else
                        image.family.toolkit[0] if image.family is not None else
                        None if image.own else TOOLKIT_VERSION)
+            tag = image.tag
         return Runtime(python="python3", train_command=("train",), inhost_root=INHOST_ROOT,
-                       base_env={}, path=IMAGE_PATH, toolkit=toolkit)
+                       base_env={}, path=IMAGE_PATH, toolkit=toolkit, training_image=tag)
 
     def job_python(self, request: JobRequest) -> str | None:
         return None  # the image's python3
@@ -528,12 +533,13 @@ class DockerBackend:
                 workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=(*entrypoint, *host.command), image=image,
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
-                        "sagemaker-emulator.job-name": plan.request.job_name}))
+                        "sagemaker-emulator.job-name": plan.request.job_name, **job_labels(scratch)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
                           options={"shm_size": SHM_SIZE, "user": "0",
                                    "entrypoint": "request" if plan.request.container_command else "image",
-                                   "framework": framework, **({"pending": pending} if pending else {})})
+                                   "framework": framework, **({"pending": pending} if pending else {}),
+                                   **names_and_ssh(job_id, [h.name for h in plan.hosts], scratch)})
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
@@ -570,6 +576,40 @@ class DockerBackend:
             atexit.register(_teardown_live)
             _ATEXIT_REGISTERED = True
         return handle
+
+
+    # -- kept hosts and what killed runs left (emulator/kept.py, emulator/reap.py); see docker_kept.py
+    def attach(self, record: Mapping[str, Any]) -> KeptHosts:
+        from .docker_kept import DockerKeptHosts
+
+        return DockerKeptHosts(record)
+
+    def reap_leftovers(self, scratch: Path, *, job_name: str, owner_pid: int) -> list[str]:
+        from .docker_kept import reap_leftovers
+
+        return reap_leftovers(scratch, job_name=job_name)
+
+    def reap_orphans(self) -> list[str]:
+        from .docker_kept import reap_orphans
+
+        return reap_orphans()
+
+
+def job_labels(scratch: Path) -> dict[str, str]:
+    """The labels every container and the network of a job get besides their own: the job's scratch
+    folder (``reap JOB_DIR`` finds a killed run's containers by it) and this emulator process
+    (:func:`reap` finds those whose emulator is gone)."""
+    return {LABEL_SCRATCH: str(scratch), **owner_labels()}
+
+
+def names_and_ssh(job_id: str, hosts: Sequence[str], scratch: Path) -> dict[str, Any]:
+    """What ``start`` names and writes besides the hosts, for the launch spec's ``options``: the
+    job network's and each container's name, and the ssh material every container gets (a fresh
+    cluster key pair and sshd host key per job, made when the job starts)."""
+    return {"network": network_name(job_id), "containers": {h: container_name(job_id, h) for h in hosts},
+            "ssh": {"made_at_start_in": str(scratch / "ssh"),
+                    "in_host": [f"/root/.ssh/{KEY_NAME}", f"/root/.ssh/{KEY_NAME}.pub", "/root/.ssh/authorized_keys",
+                                "/root/.ssh/config", "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_rsa_key.pub"]}}
 
 
 def _inhost_source() -> Path:

@@ -47,7 +47,7 @@ from ..errors import BackendUnavailable, EmulatorError, RequestError
 from ..inhost import ROOT as INHOST_ROOT
 from ..inhost import protocol as P
 from . import sshd
-from .base import HostLaunch, LaunchSpec, Mount, Runtime, host_addresses, hosts_file
+from .base import HostLaunch, KeptHosts, LaunchSpec, Mount, Runtime, diag_folder, host_addresses, hosts_file
 
 if TYPE_CHECKING:
     from ..plan import JobPlan
@@ -66,6 +66,8 @@ AGENT_SCRATCH_FLAG = "--scratch"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Variables of this machine that the "image" keeps, because the interpreter may need them.
 IMAGE_VARIABLES = ("LD_LIBRARY_PATH",)
+#: ``AlgorithmSpecification.TrainingImage`` of a job that names no image (no image runs).
+TRAINING_IMAGE = "emulator:process"
 
 
 def train_script() -> Path:
@@ -282,6 +284,8 @@ class ProcessBackend:
     """Linux-namespace hosts; see the module docstring."""
 
     name = "process"
+    fast_start = True  # ranks may fork from a pre-imported interpreter (emulator/profiles.py)
+    shares_machine_filesystem = True  # outside the spec's mounts and /tmp, a host sees this machine's files
 
     def check(self) -> None:
         missing = [t for t in TOOLS if shutil.which(t) is None]
@@ -311,7 +315,7 @@ class ProcessBackend:
         return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
                        base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
                        gethostname_so=spec.origin if spec is not None else None,
-                       toolkit=_toolkit()[0])
+                       toolkit=_toolkit()[0], training_image=TRAINING_IMAGE)
 
     # -- framework_version: this machine's interpreter with the DLC's torch (emulator/frameworks.py)
     def job_python(self, request: JobRequest) -> str | None:
@@ -357,7 +361,7 @@ class ProcessBackend:
 
         addresses = host_addresses(P.JOB_SUBNET, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
-        diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
+        diag = Mount(diag_folder(scratch), P.DIAG_DIR)
         launches = []
         for host in plan.hosts:
             env = {**host.env, "HOSTNAME": host.name, "PWD": P.CODE_DIR}  # bwrap --chdir sets PWD
@@ -372,6 +376,11 @@ class ProcessBackend:
                                                     "sshd": "openssh" if sshd.available() else
                                                     "stand-in" if sshd.standin_used() else None,
                                                     "framework": self.framework(plan),
+                                                    # the agent's command line names its job and emulator
+                                                    "agent": {AGENT_SCRATCH_FLAG: str(scratch),
+                                                              AGENT_OWNER_FLAG: _owner()},
+                                                    **({"ssh": {"made_at_start_in": str(scratch / sshd.SUBDIR)}}
+                                                       if sshd.available() or sshd.standin_used() else {}),
                                                     **_pending(plan.runtime.python)})
 
     @staticmethod
@@ -390,7 +399,7 @@ class ProcessBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
             [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
-             AGENT_SCRATCH_FLAG, str(spec.scratch), AGENT_OWNER_FLAG, _owner()],
+             *(a for flag_value in spec.options["agent"].items() for a in flag_value)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
             start_new_session=True)
         running = ProcessJob(spec, proc)
@@ -409,6 +418,22 @@ class ProcessBackend:
             running.teardown(0)
             raise
         return running
+
+    # -- kept hosts and what killed runs left (emulator/kept.py, emulator/reap.py) -------------------
+    def attach(self, record: Mapping[str, Any]) -> KeptHosts:
+        from .process_kept import ProcessKeptHosts
+
+        return ProcessKeptHosts(record)
+
+    def reap_leftovers(self, scratch: Path, *, job_name: str, owner_pid: int) -> list[str]:
+        from .process_kept import reap_agents_below
+
+        return reap_agents_below(scratch, job_name=job_name, owner_pid=owner_pid)
+
+    def reap_orphans(self) -> list[str]:
+        from .process_kept import reap_orphan_agents
+
+        return reap_orphan_agents()
 
     @staticmethod
     def _agent_root_pid(unshare_pid: int) -> int | None:
