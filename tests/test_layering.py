@@ -15,7 +15,7 @@ from emulator.backends import BACKENDS
 ROOT = Path(__file__).resolve().parents[1] / "emulator"
 #: The docker backend's own helpers that still live beside the core (image builds and probes,
 #: helper containers, the wheelhouse): they run the docker engine by design.
-DOCKER_OWN = {"helpers.py", "images.py", "wheelhouse.py", "_wheelhouse_resolver.py"}
+DOCKER_OWN = {"helpers.py", "images.py", "wheelhouse.py", "_wheelhouse_resolver.py", "engine.py"}
 ALLOWED = {"emulator.backends", "emulator.backends.base"}
 
 
