@@ -204,3 +204,24 @@ def test_the_cli_refuses_with_the_sdks_text_and_exit_2(case: tuple[str, dict[str
         assert line.strip() in proc.stderr, (line, proc.stderr)
     assert "Traceback" not in proc.stderr
     assert _tree(workspace) == before
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in ("torch-distributed-family-name", "trainium-mpi")],
+                         ids=lambda c: c[0])
+def test_the_pytest_fixture_refuses_with_the_sdks_text(case: tuple[str, dict[str, Any]], workspace: Path,
+                                                       request: pytest.FixtureRequest) -> None:
+    """The ``sagemaker_job`` fixture's emulator target, given estimator keyword arguments: refused
+    as ``--real`` would refuse them (its ``run_real`` builds this very estimator)."""
+    from fixtures.jobs import Options, make_factory
+
+    _, kwargs = case
+    expected = sdk_refusal(**_sdk_kwargs(workspace, kwargs))
+    assert expected is not None
+    results: list[Any] = []
+    sagemaker_job = make_factory(node=request.node, tmp_path=workspace, target="emulator", results=results,
+                                 options=Options(real=False, backend="process", keep_failed=False))
+    before, children = _tree(workspace), set(our_processes())
+    with pytest.raises(RequestError) as info:
+        sagemaker_job(source_dir=workspace / "src", instance_count=2, **kwargs)
+    assert expected.strip() in str(info.value)
+    assert not results and _tree(workspace) == before and set(our_processes()) == children
