@@ -19,7 +19,8 @@ stopping condition, the checkpoint config, the environment and the training imag
 ``s3://`` locations are mapped to the local S3 folder of :class:`~emulator.sdk.s3.S3Store`;
 ``file://`` locations are used in place. An ``S3Prefix`` channel holds what ``ListObjectsV2`` lists
 for the prefix (keys matched by prefix, as S3 does); a prefix that lists nothing is refused with
-SageMaker's ``ValidationException`` text ("No S3 objects found under S3 URL …"). Refused with a :class:`~emulator.errors.RequestError`:
+SageMaker's ``ValidationException`` text ("No S3 objects found under S3 URL …").
+Refused with a :class:`~emulator.errors.RequestError`:
 channels that are neither (``FileSystemDataSource``), ``Pipe``/``FastFile`` input modes' semantics
 (accepted, run as ``File``), a ``ContainerEntrypoint``/``ContainerArguments`` that is not a list of
 strings, and a request with neither ``sagemaker_program`` nor ``ContainerEntrypoint``.
