@@ -88,8 +88,9 @@ def distribution_hyperparameters(
 
     if instance_type.is_trainium and strategies and strategies[0] != "torch_distributed":
         name = "smdistributed" if strategies[0] == "pytorchddp" else strategies[0]
-        raise RequestError(
-            FIELD, f"Provided distribution strategy {name} is not supported for Trainium instances.",
+        raise RequestError(  # the SDK's text (fw_utils.validate_distribution_for_instance_type)
+            FIELD, f"Provided distribution strategy {name} is not supported for Trainium instances.\n"
+            "Please specify one of the following supported distribution strategies: ['torch_distributed'] \n",
             allowed="torch_distributed")
 
     hps: dict[str, str] = {}
@@ -126,12 +127,7 @@ def distribution_hyperparameters(
             dp.get("custom_mpi_options", ""))
     if "torch_distributed" in dist:
         enabled = _enabled(dist["torch_distributed"], "torch_distributed")
-        if not (instance_type.is_gpu or instance_type.is_trainium) and image_uri is None:
-            raise RequestError(
-                f"{FIELD}.torch_distributed",
-                "Currently torch_distributed is supported only for GPU and Trainium instances.",
-                allowed="an ml.g*/ml.p*/ml.trn* instance type, or an image_uri (the SDK skips the check then)",
-            )
+        # its refusals (CPU types, versions, entry point): emulator.sdk_refusals, with the SDK's text
         hps["sagemaker_torch_distributed_enabled"] = encode(enabled)
         hps["sagemaker_instance_type"] = encode(instance_type.name)
     if "mpi" in dist:

@@ -16,6 +16,7 @@ by up to ~0.2 % between driver versions. Sources per model are next to the value
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import RequestError
@@ -126,11 +127,34 @@ INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _TYPES}
 DEFAULT_INSTANCE_TYPE = "ml.m5.xlarge"
 
 
+#: AWS Trainium (``ml.trn*``) and Inferentia (``ml.inf*``) types: NeuronCores, not GPUs.
+NEURON_TYPE = re.compile(r"^ml[._](trn|inf)\d")
+
+
+def is_neuron(name: str) -> bool:
+    """Whether ``name`` is a Trainium/Inferentia (AWS Neuron) instance type."""
+    return isinstance(name, str) and NEURON_TYPE.match(name) is not None
+
+
+def refuse_neuron(name: str, *, field: str = "ResourceConfig.InstanceType") -> None:
+    """Raise the emulator's refusal of a Trainium/Inferentia type (not emulated: its jobs need the
+    Neuron SDK, ``torch-neuronx`` and NeuronCores; run as CPU they would prove nothing)."""
+    kind = "Trainium" if NEURON_TYPE.match(name)[1] == "trn" else "Inferentia"  # type: ignore[index]
+    raise RequestError(
+        field, f"{name} is an AWS {kind} (Neuron) instance type, which the emulator does not emulate: "
+        "its jobs need the Neuron SDK's torch-neuronx and NeuronCores, which no emulated host has",
+        allowed="a GPU (ml.g*, ml.p*) or CPU (ml.m*, ml.c*) instance type")
+
+
 def lookup(name: str, *, field: str = "ResourceConfig.InstanceType") -> InstanceType:
-    """Return the instance type called ``name`` or raise a :class:`RequestError` naming ``field``."""
+    """Return the instance type called ``name`` or raise a :class:`RequestError` naming ``field``.
+    Trainium types are in the table (the SDK's distribution checks need them) and are refused by
+    :func:`emulator.request.validate`; other Neuron types are refused here."""
     try:
         return INSTANCE_TYPES[name]
     except KeyError:
+        if is_neuron(name):
+            refuse_neuron(name, field=field)
         families = sorted({n.split(".")[1] for n in INSTANCE_TYPES})
         hint = ""
         if name in ("local", "local_gpu"):

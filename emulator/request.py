@@ -28,11 +28,11 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from . import distribution as dist
-from . import frameworks, profiles
+from . import frameworks, profiles, sdk_refusals
 from .errors import RequestError
 from .frameworks import Selection
 from .inhost import protocol as P
-from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup
+from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup, refuse_neuron
 
 #: Limits from the CreateTrainingJob API model (botocore ``sagemaker/2017-07-24/service-2.json``).
 #: ``TrainingContainerEntrypoint``/``TrainingContainerArguments``: 1-100 strings of 0-256 characters.
@@ -279,6 +279,8 @@ def create(
     and the SDK's ``sagemaker_*`` keys are added (program, submit directory, log level, job name,
     region, and the distribution's keys).
     """
+    if isinstance(entry_point, str):
+        sdk_refusals.check_entry_point(entry_point)
     if source_dir is None:
         ep = _local_path(entry_point, "entry_point")
         source, entry = ep.parent, ep.name
@@ -313,6 +315,9 @@ def create(
     hps.update(dist.distribution_hyperparameters(
         distribution, first_type, group_names=[g.name for g in groups] if hetero else [],
         image_uri=image_uri, pytorchddp_encoding=pytorchddp_encoding))
+    sdk_refusals.check(distribution=distribution, groups=[(g.name, g.type) for g in groups], heterogeneous=hetero,
+                       framework_version=framework_version, py_version=_job_py_version(framework_version, py_version),
+                       image_uri=image_uri, entry_point=entry)
     hps.update({
         "sagemaker_program": dist.encode(entry),
         "sagemaker_submit_directory": dist.encode("/opt/ml/code"),
@@ -350,6 +355,14 @@ def create(
     )
     validate(request)
     return request
+
+
+def _job_py_version(framework_version: Any, py_version: Any) -> str | None:
+    """The ``py_version`` a job runs with: the caller's, else its framework family DLC's."""
+    if py_version is not None or not isinstance(framework_version, str):
+        return py_version if isinstance(py_version, str) else None
+    selection = frameworks.select(framework_version)
+    return selection.py_version if selection is not None else None
 
 
 def _host_names(value: Any, groups: Sequence[InstanceGroup]) -> tuple[str, ...]:
@@ -452,8 +465,29 @@ def _validate_entry_point(entry: str, source_dir: Path) -> None:
     except ValueError:
         raise RequestError("entry_point", f"{entry!r} is outside the source dir {source_dir}",
                            allowed="a path relative to source_dir, inside it") from None
-    if not ep.is_file():
-        raise RequestError("entry_point", f"{entry!r} does not exist in {source_dir}")
+    if not ep.is_file():  # the SDK's text (sagemaker.fw_utils.validate_source_dir)
+        raise RequestError("entry_point", f'No file named "{entry}" was found in directory "{source_dir}".')
+
+
+def no_objects_message(uri: str, *, region: str, role: str | None) -> str:
+    """SageMaker's CreateTrainingJob ``ValidationException`` text for a channel whose S3 prefix
+    lists no objects, as real jobs report it (e.g. ``No S3 objects found under S3 URL
+    "s3://kedro-data" given in input data source. Please ensure that the bucket exists in the
+    selected region (us-east-1), that objects exist under that S3 prefix, and that the role
+    "arn:aws:iam::…:role/SageMaker-ExecRole" has "s3:ListBucket" permissions on bucket
+    "kedro-data".``; hashicorp/terraform-provider-aws ``internal/service/sagemaker`` retries
+    CreateHyperParameterTuningJob on that ``ValidationException`` text)."""
+    text = f'No S3 objects found under S3 URL "{uri}" given in input data source.'
+    bucket = urlparse(uri).netloc if uri.startswith("s3://") else ""
+    if not bucket:
+        return text
+    return (f"{text} Please ensure that the bucket exists in the selected region ({region}), that objects "
+            f'exist under that S3 prefix, and that the role "{role or "<RoleArn>"}" has "s3:ListBucket" '
+            f'permissions on bucket "{bucket}".')
+
+
+def _has_files(folder: Path) -> bool:
+    return any(p.is_file() for p in folder.rglob("*"))
 
 
 def validate(request: JobRequest) -> None:
@@ -462,6 +496,10 @@ def validate(request: JobRequest) -> None:
         raise RequestError("TrainingJobName", f"{request.job_name!r} is not a valid training job name",
                            allowed="1-63 ASCII letters, digits and hyphens, no leading or trailing hyphen")
     _validate_groups(request.instance_groups)
+    for i, g in enumerate(request.instance_groups):  # after the SDK's own Trainium checks (create)
+        if g.type.is_trainium:
+            refuse_neuron(g.instance_type, field=f"ResourceConfig.InstanceGroups[{i}].InstanceType"
+                          if len(request.instance_groups) > 1 else "ResourceConfig.InstanceType")
     if request.gpus_per_host is not None:
         gpus = request.gpus_per_host
         for g in request.instance_groups:
@@ -501,6 +539,12 @@ def validate(request: JobRequest) -> None:
         seen.add(ch.name)
         if not ch.path.is_dir():
             raise RequestError(f"InputDataConfig.{ch.name}", f"{ch.path} is not an existing folder")
+        if not _has_files(ch.path):  # the folder stands for an S3 prefix with no objects under it
+            raise RequestError(f"InputDataConfig.{ch.name}",
+                               no_objects_message(ch.path.as_uri(), region=request.region, role=None)
+                               + f" ({ch.path} stands for the channel's S3 prefix and has no files)",
+                               allowed="a folder with at least one file: SageMaker refuses a channel whose "
+                               "S3 prefix lists no objects at CreateTrainingJob")
         if ch.s3_distribution_type not in ("FullyReplicated", "ShardedByS3Key"):
             raise RequestError(f"InputDataConfig.{ch.name}.S3DataDistributionType",
                                f"{ch.s3_distribution_type!r} is not a distribution type",

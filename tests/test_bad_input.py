@@ -112,7 +112,7 @@ CASES = [
     Case("unknown-instance-type", "ResourceConfig.InstanceType", {"instance_type": "ml.x9.huge"}),
     Case("local-mode-instance-type", "ResourceConfig.InstanceType", {"instance_type": "local"},
          says="local mode"),
-    Case("missing-entry-point", "entry_point", {"entry_point": "nope.py"}, says="does not exist"),
+    Case("missing-entry-point", "entry_point", {"entry_point": "nope.py"}, says='No file named "nope.py" was found'),
     Case("empty-entry-point", "entry_point", {"entry_point": ""}),
     Case("entry-point-outside-source-dir", "entry_point", setup=_outside_entry, says="outside"),
     Case("entry-point-absolute-outside", "entry_point", {"entry_point": "/etc/hostname"}),

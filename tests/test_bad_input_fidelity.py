@@ -23,6 +23,7 @@ from .test_bad_input import test_bad_request_is_refused_before_anything_starts a
 def _data(root: Path) -> Path:
     folder = root / "data"
     folder.mkdir(exist_ok=True)
+    (folder / "part-0.csv").write_text("1,2\n")  # a channel with no files is refused (test_s3_channels.py)
     return folder
 
 

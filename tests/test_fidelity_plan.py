@@ -205,6 +205,7 @@ def test_sharded_channel_is_planned_per_host(src: Path, tmp_path: Path) -> None:
 
     data = tmp_path / "data"
     data.mkdir()
+    (data / "a.csv").write_text("1\n")
     job = _plan(src, instance_count=2, channels={"train": {"path": data, "distribution": "ShardedByS3Key"},
                                                  "full": data})
     config = json.loads(job.hosts[0].files["input/config/inputdataconfig.json"])

@@ -34,6 +34,7 @@ def p4d_plan(tmp_path: Path) -> planning.JobPlan:
     (src / ENTRY).write_text("print('hi')\n")
     data = tmp_path / "data"
     data.mkdir()
+    (data / "a.csv").write_text("1\n")
     req = rq.create(entry_point=ENTRY, source_dir=src, instance_count=2, instance_type="ml.p4d.24xlarge",
                     gpus_per_host=2, distribution={"torch_distributed": {"enabled": True}},
                     hyperparameters={"epochs": 2, "model-name": "resnet", "bf16": True},

@@ -159,6 +159,27 @@ def test_an_instance_type_the_emulator_refuses_fails_before_any_host(project: Pa
     assert not list((project / "s3").glob("*/refused-v3/*/job.json"))
 
 
+def test_an_empty_s3_prefix_is_refused_at_create_training_job(project: Path, session: Any) -> None:
+    """SageMaker refuses CreateTrainingJob when a channel's S3 prefix lists no objects (text as real
+    jobs report it; see tests/test_s3_channels.py); ModelTrainer raises the ClientError before any host."""
+    from botocore.exceptions import ClientError
+    from sagemaker.core.training.configs import InputData
+
+    bucket = session.default_bucket()
+    session.upload_data(str(project / "data"), bucket=bucket, key_prefix="datasets/mnist-train")
+    typo = f"s3://{bucket}/datasets/mnist-trian/"
+    trainer = _trainer(project, session, base_job_name="empty-prefix-v3")
+    with pytest.raises(ClientError) as info:
+        trainer.train(input_data_config=[InputData(channel_name="train", data_source=typo)], wait=False, logs=False)
+    err = info.value.response["Error"]
+    assert err["Code"] == "ValidationException" and info.value.operation_name == "CreateTrainingJob"
+    assert (f'No S3 objects found under S3 URL "{typo}" given in input data source. Please ensure that the bucket '
+            "exists in the selected region (us-west-2), that objects exist under that S3 prefix, and that the role "
+            f'"arn:aws:iam::123456789012:role/SomeRole" has "s3:ListBucket" permissions on bucket "{bucket}".'
+            ) in err["Message"]
+    assert not list((project / "s3").glob("*/empty-prefix-v3*/**/job.json"))
+
+
 def test_get_execution_role_and_role_validation_need_no_aws(session: Any) -> None:
     from sagemaker.core.helper.iam_role_resolver import resolve_and_validate_role
     from sagemaker.core.helper.session_helper import get_execution_role

@@ -177,12 +177,38 @@ class S3Store:
                     self._etags[(bucket, key)] = obj["ETag"]
         return self.local_path(uri)
 
+    def list_keys(self, uri: str) -> list[str]:
+        """The keys ``ListObjectsV2`` lists for the prefix ``uri`` (every key that starts with the
+        prefix, as S3 matches them: ``s3://b/data/train-`` lists ``data/train-0.csv``), without
+        zero-byte "folder" markers (keys ending in ``/``); empty for a bucket that does not exist."""
+        bucket, prefix = split_s3(uri)
+        if bucket not in self._buckets():
+            return []
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])
+                if not obj["Key"].endswith("/")]
+
     def flush(self) -> None:
         """Write every bucket moto holds to the folder."""
         if not self._open:
             return
         for bucket in self._buckets():
             self.save(f"s3://{bucket}/")
+
+
+def channel_name(prefix: str, key: str) -> str:
+    """Where object ``key``, listed under the S3 prefix ``prefix``, lands in its channel folder.
+
+    A key below ``prefix/`` keeps its path below it (``data/train`` + ``data/train/a/b.csv`` →
+    ``a/b.csv``: the common ``upload_data`` case, whose URI has no trailing slash). Any other key
+    keeps its path below the prefix's last ``/``, so a partial-key prefix keeps whole file names
+    (``data/train`` + ``data/train-data.csv`` → ``train-data.csv``), as observed on SageMaker in
+    aws/sagemaker-python-sdk#3612 (SDK local mode names it ``-data.csv`` instead), and a prefix
+    naming one object gives that object's file name.
+    """
+    if prefix and not prefix.endswith("/") and key.startswith(prefix + "/"):
+        return key[len(prefix) + 1:]
+    return key[prefix.rfind("/") + 1:]
 
 
 _default: S3Store | None = None

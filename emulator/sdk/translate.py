@@ -17,7 +17,10 @@ instance groups), the channels (``S3DataSource`` and ``FileDataSource``), the ou
 stopping condition, the checkpoint config, the environment and the training image (recorded).
 
 ``s3://`` locations are mapped to the local S3 folder of :class:`~emulator.sdk.s3.S3Store`;
-``file://`` locations are used in place. Refused with a :class:`~emulator.errors.RequestError`:
+``file://`` locations are used in place. An ``S3Prefix`` channel holds what ``ListObjectsV2`` lists
+for the prefix (keys matched by prefix, as S3 does); a prefix that lists nothing is refused with
+SageMaker's ``ValidationException`` text ("No S3 objects found under S3 URL …").
+Refused with a :class:`~emulator.errors.RequestError`:
 channels that are neither (``FileSystemDataSource``), ``Pipe``/``FastFile`` input modes' semantics
 (accepted, run as ``File``), a ``ContainerEntrypoint``/``ContainerArguments`` that is not a list of
 strings, and a request with neither ``sagemaker_program`` nor ``ContainerEntrypoint``.
@@ -52,9 +55,10 @@ from ..request import (
     InstanceGroup,
     JobRequest,
     container_command,
+    no_objects_message,
     validate,
 )
-from .s3 import S3Store
+from .s3 import S3Store, channel_name, split_s3
 
 
 @dataclass
@@ -110,8 +114,33 @@ V3_DRIVERS_CHANNEL = "sm_drivers"
 V3_SOURCE_CODE_JSON = "sourcecode.json"
 
 
+def _s3_channel(uri: str, name: str, store: S3Store, temp: list[Path], *, region: str,
+                role: str | None) -> Path:
+    """The folder holding what ``ListObjectsV2`` lists under the prefix ``uri`` (file names per
+    :func:`~emulator.sdk.s3.channel_name`). Refused, as CreateTrainingJob refuses it, when the
+    prefix lists no object."""
+    keys = store.list_keys(uri)
+    if not keys:
+        raise RequestError(f"InputDataConfig.{name}", no_objects_message(uri, region=region, role=role),
+                           allowed="an S3 prefix with at least one object under it")
+    bucket, prefix = split_s3(uri)
+    store.save(uri)  # every listed object reaches the S3 mirror folder
+    below = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    if all(k.startswith(below) for k in keys):  # a "folder": mounted from the S3 mirror as it is
+        return store.local_path(f"s3://{bucket}/{below}")
+    # a partial-key prefix or one object: the channel holds copies (a symlink would point at a
+    # path only this machine has; a container could not follow it)
+    folder = Path(tempfile.mkdtemp(prefix=f"sm-emulator-channel-{name}-"))
+    temp.append(folder)
+    for key in keys:
+        target = folder / channel_name(prefix, key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(store.local_path(f"s3://{bucket}/{key}"), target)
+    return folder
+
+
 def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path],
-             copy: bool = False) -> Channel:
+             copy: bool = False, *, region: str = P.DEFAULT_REGION, role: str | None = None) -> Channel:
     name = spec.get("ChannelName", "")
     where = f"InputDataConfig.{name}"
     source = spec.get("DataSource", {})
@@ -123,15 +152,15 @@ def _channel(spec: Mapping[str, Any], store: S3Store | None, temp: list[Path],
         if s3.get("S3DataType", "S3Prefix") != "S3Prefix":
             raise RequestError(f"{where}.S3DataType", f"{s3['S3DataType']!r} is not emulated",
                                allowed="S3Prefix")
-        path = _where(uri, where, store)
-        if path.is_file():  # a prefix naming one object: the channel holds a copy of that file (a
-            # symlink would point at a path only this machine has; a container could not follow it)
-            folder = Path(tempfile.mkdtemp(prefix=f"sm-emulator-channel-{name}-"))
-            temp.append(folder)
-            shutil.copy2(path, folder / path.name)
-            path = folder
-        elif not path.exists():
-            path.mkdir(parents=True)  # an empty prefix is an empty channel
+        if urlparse(uri).scheme == "s3" and store is not None:
+            path = _s3_channel(uri, name, store, temp, region=region, role=role)
+        else:  # file:// (SDK local mode's spelling): the folder as it is
+            path = _where(uri, where, store)
+            if path.is_file():
+                folder = Path(tempfile.mkdtemp(prefix=f"sm-emulator-channel-{name}-"))
+                temp.append(folder)
+                shutil.copy2(path, folder / path.name)
+                path = folder
     elif "FileDataSource" in source:
         path = _where(source["FileDataSource"]["FileUri"], where, store)
     else:
@@ -218,7 +247,8 @@ def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str,
     ckpt_uri = ckpt.get("S3Uri")
     ckpt_dir = _where(ckpt_uri, "CheckpointConfig.S3Uri", store) if ckpt_uri else None
     stopping = create.get("StoppingCondition") or {}
-    channels = tuple(_channel(c, store, temp, copy=v3 and c.get("ChannelName") in (V3_CODE_CHANNEL, V3_DRIVERS_CHANNEL))
+    channels = tuple(_channel(c, store, temp, copy=v3 and c.get("ChannelName") in (V3_CODE_CHANNEL, V3_DRIVERS_CHANNEL),
+                              region=region, role=create.get("RoleArn"))
                      for c in create.get("InputDataConfig") or [])
     request = JobRequest(
         job_name=create.get("TrainingJobName", ""),

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 import sys
 import types
@@ -450,6 +451,27 @@ def describe(patch: Patch, found: Mapping[str, str]) -> str:
 
 
 _REPORTED: set[str] = set()
+
+try:  # in a host, the protocol module is top-level; in the emulator, a sibling in the package
+    from _sm_emulator_protocol import ENV_DIAG_DIR, ONCE_PREFIX
+except ImportError:
+    from ._sm_emulator_protocol import ENV_DIAG_DIR, ONCE_PREFIX
+
+
+def first_in_job(key: str) -> bool:
+    """True in the first process of the job to ask for ``key`` (every host and rank asks: the
+    job's diagnostics folder, shared by its hosts, holds one marker per key); True outside a job."""
+    directory = os.environ.get(ENV_DIAG_DIR)
+    if not directory:
+        return True
+    try:
+        fd = os.open(os.path.join(directory, ONCE_PREFIX + key), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    except OSError:  # no such folder or read-only: say it here rather than never
+        return True
+    os.close(fd)
+    return True
 _INSTALLED: dict[str, str | None] = {}
 
 
@@ -483,7 +505,7 @@ def _check(patch: Patch, original: Any) -> bool:
     other = other_release(patch) if found.keys() == {"changed"} or found.keys() == {"missing"} else None
     older = other is not None and "missing" in found and _release(other) < _release(version)
     if other is not None and ("changed" in found or older):  # expected there: one line for all
-        if distribution not in _REPORTED:
+        if distribution not in _REPORTED and first_in_job(f"other-release-{distribution}"):
             _REPORTED.add(distribution)
             print(f"[emulator] {distribution} {other} is not the pinned {version}: patch targets whose "
                   f"signature differs there are patched as for {version}; those it does not have yet "

@@ -75,6 +75,9 @@ RDZV_PREFIX = "rdzv-"
 #: ended: a JSON header line, then what ``faulthandler`` dumps if a fatal signal ends the process
 #: during interpreter exit (``_sm_emulator_exits``, ``emulator.exitdeaths``).
 ENDED_PREFIX = "ended-"
+#: Empty markers (``once-<key>``, no suffix) by which a message is printed once per job, not once
+#: per process (``_sm_emulator_patches.first_in_job``).
+ONCE_PREFIX = "once-"
 #: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
 #: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
