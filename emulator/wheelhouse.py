@@ -37,6 +37,7 @@ from pathlib import Path
 
 from . import helpers
 from .errors import BackendUnavailable
+from .inhost.protocol import CODE_DIR
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
 #: Where hosts see the wheelhouse and the pip configuration that points at it.
@@ -100,11 +101,11 @@ def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
     for ``python -m emulator reap``, see :mod:`emulator.helpers`)."""
     args = ["run", "--rm", "--name", name, *helpers.label_args("wheelhouse"),
             "--network", "bridge", "--entrypoint", "python",
-            "--volume", f"{requirements.parent}:/opt/ml/code:ro", "--volume", f"{out}:/out",
+            "--volume", f"{requirements.parent}:{CODE_DIR}:ro", "--volume", f"{out}:/out",
             "--volume", f"{RESOLVER}:/tmp/sm-emulator-resolver.py:ro",
             *(["--volume", f"{CA_BUNDLE}:/tmp/sm-emulator-ca.crt:ro", "--env",
                "PIP_CERT=/tmp/sm-emulator-ca.crt"] if CA_BUNDLE.is_file() else []), image,
-            "/tmp/sm-emulator-resolver.py", f"/opt/ml/code/{requirements.name}", "/out",
+            "/tmp/sm-emulator-resolver.py", f"{CODE_DIR}/{requirements.name}", "/out",
             str(os.getuid()), str(os.getgid())]
     try:
         done = _docker(*args, timeout=RESOLVE_TIMEOUT)
