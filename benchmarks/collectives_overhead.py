@@ -1,4 +1,4 @@
-"""Overhead of collective recording on the benchmark's Lightning fit (issue 13).
+"""Overhead of collective recording on the benchmark's Lightning fit.
 
 ``python -m benchmarks.collectives_overhead [--reps N] [--steps S]`` runs
 ``benchmarks/workloads/lightning_fit.py`` under ``torchrun --nproc_per_node 2`` with the in-host

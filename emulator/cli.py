@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import EmulatorError, RequestError, Terminated
-from .inhost.protocol import STOP_GRACE
+from .inhost.protocol import STOP_GRACE, scratch_prefix
 from .instance_types import DEFAULT_INSTANCE_TYPE
+from .profiles import EXACT
 
 
 def _kv(values: Sequence[str], field: str) -> dict[str, str]:
@@ -78,7 +79,7 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fast-start", action="store_true",
                    help="start the toolkit, torchrun and the ranks that pass its checks from shared pre-imported "
                         "interpreters (process backend; a recorded deviation, see README)")
-    p.add_argument("--profile", default="exact", metavar="exact|ci",
+    p.add_argument("--profile", default=EXACT, metavar="exact|ci",
                    help="exact (default): every host as on SageMaker; ci: every speed-up that changes nothing a "
                         "script can observe except time (see README, Performance)")
     p.add_argument("--forward-aws-credentials", action="store_true",
@@ -185,7 +186,7 @@ def plan_document(request: Any, backend_name: str) -> dict[str, Any]:
     backend = get_backend(backend_name)
     preflight(request, backend)
     job_plan, spec = launch_plan(request, backend, caller_env=dict(os.environ), job_id=f"{request.job_name}-<id>",
-                                 scratch=Path(tempfile.gettempdir()) / f"sm-emulator-{request.job_name[:20]}-<id>"
+                                 scratch=Path(tempfile.gettempdir()) / f"{scratch_prefix(request.job_name)}<id>"
                                  / "backend-0")
     return {**job_plan.to_dict(), "launch": spec.to_dict()}
 

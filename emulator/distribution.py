@@ -169,10 +169,14 @@ def decode(value: str) -> Any:
 
 
 def runner_for(hyperparameters: Mapping[str, str], *, in_distribution_group: bool = True) -> Runner:
-    """The PyTorch toolkit's runner choice for these hyperparameters (PTK ``training.py``)."""
+    """The PyTorch toolkit's runner choice for these hyperparameters (wire form; PTK ``training.py``)."""
     if not in_distribution_group:
         return "process"
-    hp = {k: decode(v) for k, v in hyperparameters.items()}
+    return runner_of({k: decode(v) for k, v in hyperparameters.items()})
+
+
+def runner_of(hp: Mapping[str, Any]) -> Runner:
+    """:func:`runner_for` on hyperparameters already decoded (:func:`decode`)."""
     if hp.get("sagemaker_mpi_enabled"):
         return "mpi"
     if hp.get("sagemaker_pytorch_ddp_enabled"):

@@ -50,7 +50,6 @@ GRAMMAR = ("kill:HOST[:SIGNAL], kill-rank:HOST:RANK[:SIGNAL], freeze:HOST[:SECON
 HOST_RE = re.compile(r"^algo-[1-9][0-9]*$")
 DEFAULT_SLOW_PERIOD = 0.5
 #: The environment variables that carry a process's global rank (torchrun/smddprun, Open MPI).
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK")
 
 
 @dataclass(frozen=True)
@@ -317,7 +316,7 @@ def rank_pids(pids: Iterable[int], rank: int,
     for pid in pids:
         env = environ[pid] if environ is not None and pid in environ else (
             {} if environ is not None else P.proc_environ(pid))
-        values = {env.get(v) for v in RANK_VARIABLES} - {None}
+        values = {env.get(v) for v in P.RANK_VARIABLES} - {None}
         if str(rank) in values:
             matches.append(pid)
     found = set(matches)

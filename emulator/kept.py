@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 #: The record's file name, in the job folder and in the job's scratch folder.
 RECORD = "kept.json"
 #: Scratch trees are ``<temp>/sm-emulator-*`` (see :mod:`emulator.supervisor`).
-SCRATCH_PREFIX = "sm-emulator-"
+SCRATCH_PREFIX = P.SCRATCH_PREFIX
 #: In a scratch folder: the emulator that made it (``PID START``), and the job it is for (JSON:
 #: ``job_dir``, ``job_name``, ``backend``); both written before any host starts (:func:`claim`).
 OWNER_FILE = "owner"

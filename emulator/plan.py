@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import toolkit_model as tk
-from .distribution import Runner, runner_for
+from .distribution import Runner
 from .inhost import protocol as P
 from .instance_types import InstanceType
 from .profiles import speedups
@@ -174,7 +174,8 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
     (only ``pass_env`` names and, when forwarded, AWS credentials are read from it)."""
     caller = dict(caller_env or {})
     input_config = {c.name: c.config() for c in request.channels}
-    runner: PlanRunner = "container" if request.container_command else runner_for(request.hyperparameters)
+    hps = tk.Hyperparameters.of(request.hyperparameters)  # decoded once, read by the toolkit model
+    runner: PlanRunner = "container" if request.container_command else hps.runner
     common = common_env(request, runtime, caller)
     command = container_command(request, runtime)
     plans = []
@@ -204,10 +205,10 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
         plans.append(HostPlan(
             name=host, group=group.name, instance_type=group.instance_type, gpus=gpus, files=files,
             dirs=dirs, env=env, command=command,
-            sm_env=tk.sm_env(rc, request.hyperparameters, input_config, num_gpus=gpus,
+            sm_env=tk.sm_env(rc, hps, input_config, num_gpus=gpus,
                              num_cpus=num_cpus, framework_module=env["SAGEMAKER_TRAINING_MODULE"])
             if toolkit else {},
-            launcher=tk.launcher_command(toolkit_runner, rc, request.hyperparameters, num_gpus=gpus,
+            launcher=tk.launcher_command(toolkit_runner, rc, hps, num_gpus=gpus,
                                          python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
                                          smddprun=group.type.has_smddp,

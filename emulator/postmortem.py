@@ -37,7 +37,6 @@ from .stacks import HEADER, host_order
 
 #: The default command: bash where the host has it (a user's image may not), else sh.
 DEFAULT_SHELL = ("/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi")
-RANK_VARIABLES = (("RANK", "LOCAL_RANK"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
 
 
 def checked_host(job_dir: Path | str, host: str) -> kept_jobs.KeptJob:
@@ -135,7 +134,7 @@ def _rank(machine_pid: int, stacks_file: Path) -> tuple[str | None, str | None]:
     except OSError:
         pass
     env = P.proc_environ(machine_pid)
-    for rank, local in RANK_VARIABLES:
+    for rank, local in zip(P.RANK_VARIABLES, P.LOCAL_RANK_VARIABLES):
         if rank in env:
             return env[rank], env.get(local)
     return None, None

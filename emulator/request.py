@@ -47,7 +47,7 @@ CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9\.\-_]+$")
 ENV_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 DEFAULT_REGION = P.DEFAULT_REGION
 HOMOGENEOUS_GROUP = "homogeneousCluster"
-CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
+CHECKPOINT_DEFAULT = P.CHECKPOINT_DIR
 #: Never passed by ``pass_env`` (``forward_aws_credentials`` is the explicit switch for them).
 CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
 
@@ -111,10 +111,10 @@ class JobRequest:
     #: Opt-in deviation: cap the toolkit's 30-s MPI-family waits at 1 s, its 1-s polls at 0.2 s.
     short_toolkit_sleeps: bool = False
     #: Opt-in: start the toolkit, torchrun and the ranks that pass its checks from shared
-    #: pre-imported interpreters (process backend; see :mod:`emulator.faststart`).
+    #: pre-imported interpreters (process backend; see emulator/inhost/site/_sm_emulator_faststart.py).
     fast_start: bool = False
     #: ``exact`` or ``ci`` (:mod:`emulator.profiles`): which speed-ups run on top of the switches above.
-    profile: str = "exact"
+    profile: str = profiles.EXACT
     #: ``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments`` (SDK v3 sends them):
     #: the container command is ``entrypoint + arguments``; None runs the image's ``train``.
     container_entrypoint: tuple[str, ...] | None = None
@@ -271,7 +271,7 @@ def create(
     wait_on_rendezvous_errors: bool = False,
     framework_version: str | None = None,
     py_version: str | None = None,
-    profile: str = "exact",
+    profile: str = profiles.EXACT,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -320,7 +320,7 @@ def create(
                        image_uri=image_uri, entry_point=entry)
     hps.update({
         "sagemaker_program": dist.encode(entry),
-        "sagemaker_submit_directory": dist.encode("/opt/ml/code"),
+        "sagemaker_submit_directory": dist.encode(P.CODE_DIR),
         "sagemaker_container_log_level": dist.encode(container_log_level),
         "sagemaker_job_name": dist.encode(name),
         "sagemaker_region": dist.encode(region),
@@ -572,7 +572,7 @@ def validate(request: JobRequest) -> None:
     for name in request.pass_env:
         if not isinstance(name, str) or not ENV_NAME_RE.match(name):
             raise RequestError("pass_env", f"{name!r} is not a variable name", allowed="[a-zA-Z_][a-zA-Z0-9_]*")
-        if name in CREDENTIAL_VARIABLES or name.startswith("EMULATOR_"):
+        if name in CREDENTIAL_VARIABLES or name.startswith(P.ENV_PREFIX):
             raise RequestError("pass_env", f"{name} cannot be passed by name",
                                allowed="AWS credentials only with forward_aws_credentials "
                                "(--forward-aws-credentials); EMULATOR_* variables are the emulator's own")

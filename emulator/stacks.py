@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from .inhost.protocol import (
     CODE_DIR,
+    RANK_VARIABLES,
     STACKS_PREFIX,
     STACKS_SIGNAL,
     proc_caught_signals,
@@ -65,7 +66,6 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 2.0
 #: Wait this long after a file stops growing before calling its dump complete.
 SETTLE = 0.06
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK")
 #: Reasons the capture runs for (a spot interruption restarts the job: nothing to debug).
 CAPTURE_REASONS = frozenset({StopReason.FAIL_FAST, StopReason.MAX_RUNTIME, StopReason.STOP_REQUEST,
                              StopReason.INTERRUPT, StopReason.DIAGNOSIS})

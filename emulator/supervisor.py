@@ -215,7 +215,7 @@ class _JobRun:
         self.events: list[Event] = []
         self.job_dir = request.job_dir
         self.logs = self.job_dir / "logs"
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"sm-emulator-{request.job_name[:20]}-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix=P.scratch_prefix(request.job_name)))
         kept.claim(self.scratch, job_dir=self.job_dir, job_name=request.job_name, backend=backend.name)
         self.diag_dir = diag_folder(self.scratch / "backend-0")
         self.deadline = 0.0

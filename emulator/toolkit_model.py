@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .distribution import DISTRIBUTION_FLAGS, Runner, decode
+from .distribution import DISTRIBUTION_FLAGS, Runner, decode, runner_of
+from .inhost.protocol import OPT_ML
 
 #: Hyperparameters the toolkit treats as its own (TK params.SAGEMAKER_HYPERPARAMETERS).
 TOOLKIT_HPS = frozenset({
@@ -37,7 +39,7 @@ TOOLKIT_HPS = frozenset({
     "sagemaker_default_user_module_name", "_tuning_objective_metric", "sagemaker_s3_output",
 })
 MASTER_PORT = "7777"
-BASE = "/opt/ml"
+BASE = OPT_ML
 #: The sagemaker-training release the emulator pins (this machine's and the default image's).
 TOOLKIT_VERSION = "5.1.4"
 #: First releases with each launch change (see the module docstring).
@@ -79,14 +81,49 @@ def cmd_args(hps: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def split_hyperparameters(raw: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class Hyperparameters:
+    """A job's hyperparameters as the toolkit reads them, decoded once (:meth:`of`).
+
+    ``wire`` keeps what the SDK sends (every value a JSON string; ``hyperparameters.json`` is
+    written from it unchanged); the other fields are the toolkit's decoded view of it: each value
+    ``json.loads``-ed, else the raw string (TK ``environment.read_hyperparameters``), split into
+    the user's hyperparameters and the additional framework parameters (TK ``environment.py``).
+    """
+
+    wire: Mapping[str, str]
+    #: Every value, decoded.
+    values: Mapping[str, Any]
+    #: The user's hyperparameters (not ``sagemaker_*``, not the toolkit's own).
+    user: Mapping[str, Any]
+    #: ``sagemaker_*`` values that are not the toolkit's own (``framework_params``).
+    framework: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, wire: Mapping[str, str] | Hyperparameters) -> Hyperparameters:
+        """The decoded view of ``wire`` (a view is returned as it is: nothing is decoded twice)."""
+        if isinstance(wire, Hyperparameters):
+            return wire
+        values = {k: decode(v) for k, v in wire.items()}
+        return cls(wire=dict(wire), values=values,
+                   user={k: v for k, v in values.items() if k not in TOOLKIT_HPS and not k.startswith("sagemaker_")},
+                   framework={k: v for k, v in values.items() if k.startswith("sagemaker_") and k not in TOOLKIT_HPS})
+
+    @property
+    def entry(self) -> str:
+        """``sagemaker_program`` (the user entry point; "" when absent)."""
+        return str(self.values.get("sagemaker_program", ""))
+
+    @property
+    def runner(self) -> Runner:
+        """The PyTorch toolkit's runner for a host in the distribution group (PTK ``training.py``)."""
+        return runner_of(self.values)
+
+
+def split_hyperparameters(raw: Mapping[str, str] | Hyperparameters) -> tuple[dict[str, Any], dict[str, Any]]:
     """(user hyperparameters, additional framework parameters), both decoded."""
-    decoded = {k: decode(v) for k, v in raw.items()}
-    user = {k: v for k, v in decoded.items()
-            if k not in TOOLKIT_HPS and not k.startswith("sagemaker_")}
-    framework = {k: v for k, v in decoded.items()
-                 if k.startswith("sagemaker_") and k not in TOOLKIT_HPS}
-    return user, framework
+    view = Hyperparameters.of(raw)
+    return dict(view.user), dict(view.framework)
 
 
 def distribution_groups(rc: Mapping[str, Any], framework: Mapping[str, Any]) -> list[str]:
@@ -112,12 +149,12 @@ def processes_per_host(framework: Mapping[str, Any], gpus: int) -> int:
     return gpus if gpus > 0 else 1
 
 
-def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str], input_config: Mapping[str, Any],
-           *, num_gpus: int, num_cpus: int, framework_module: str = "") -> dict[str, str]:
+def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str] | Hyperparameters,
+           input_config: Mapping[str, Any], *, num_gpus: int, num_cpus: int,
+           framework_module: str = "") -> dict[str, str]:
     """The ``SM_*`` variables, in the toolkit's emission order (without SM_TRAINING_ENV)."""
-    user, framework = split_hyperparameters(hyperparameters)
-    raw_entry = decode(hyperparameters.get("sagemaker_program", '""'))
-    entry = str(raw_entry)
+    hps = Hyperparameters.of(hyperparameters)
+    user, framework, entry = hps.user, hps.framework, hps.entry
     groups = rc.get("instance_groups", [])
     group = rc.get("current_group_name", "homogeneousCluster")
     channels = sorted(input_config)
@@ -141,7 +178,7 @@ def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str], input_conf
         "distribution_instance_groups": distribution_groups(rc, framework),
         "is_hetero": len(groups) > 1,
         "module_name": entry[:-3] if entry.endswith(".py") else entry,
-        "log_level": decode(hyperparameters.get("sagemaker_container_log_level", "20")),
+        "log_level": hps.values.get("sagemaker_container_log_level", 20),
         "framework_module": framework_module,
         "input_dir": f"{BASE}/input",
         "input_config_dir": f"{BASE}/input/config",
@@ -150,7 +187,7 @@ def sm_env(rc: Mapping[str, Any], hyperparameters: Mapping[str, str], input_conf
         "num_gpus": num_gpus,
         "num_neurons": 0,
         "model_dir": f"{BASE}/model",
-        "module_dir": decode(hyperparameters.get("sagemaker_submit_directory", f'"{BASE}/code"')),
+        "module_dir": hps.values.get("sagemaker_submit_directory", f"{BASE}/code"),
         "user_args": cmd_args(user),
         "output_intermediate_dir": f"{BASE}/output/intermediate",
     }
@@ -180,7 +217,7 @@ CREDENTIAL_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_T
 SMDATAPARALLEL_SERVER_PORT = "7592"
 
 
-def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Mapping[str, str], *,
+def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Mapping[str, str] | Hyperparameters, *,
                      num_gpus: int, python: str, input_config: Mapping[str, Any] | None = None,
                      credentials: Sequence[str] = (), smddprun: bool = True,
                      gethostname_so: str = GETHOSTNAME_SO,
@@ -192,8 +229,8 @@ def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Map
     if toolkit is None:
         return None
     release = toolkit_release(toolkit)
-    user, framework = split_hyperparameters(hyperparameters)
-    entry = str(decode(hyperparameters.get("sagemaker_program", '""')))
+    hps = Hyperparameters.of(hyperparameters)
+    user, framework, entry = hps.user, hps.framework, hps.entry
     args = cmd_args(user)
     pph = processes_per_host(framework, num_gpus)
     current = rc["current_host"]
@@ -209,7 +246,7 @@ def launcher_command(runner: Runner, rc: Mapping[str, Any], hyperparameters: Map
         hosts = distribution_hosts(rc, framework) or [current]
         if current != hosts[0]:
             return None
-        names = list(sm_env(rc, hyperparameters, input_config or {}, num_gpus=num_gpus, num_cpus=1))
+        names = list(sm_env(rc, hps, input_config or {}, num_gpus=num_gpus, num_cpus=1))
         cmd = mpirun_command(runner, hosts, framework, rc, pph=pph, entry=entry, args=args,
                              python=python, sm_names=names, credentials=credentials,
                              smddprun=smddprun, gethostname_so=gethostname_so, toolkit=toolkit)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import engine, helpers
+from .inhost.protocol import CODE_DIR
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
 #: Where hosts see the wheelhouse and the pip configuration that points at it.
@@ -87,7 +88,7 @@ def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
     """Run the resolver in a helper container of ``image`` through the docker SDK (removed
     whatever happens; labelled for ``python -m emulator reap``, see :mod:`emulator.helpers`).
     Its folders are bind mounts: the engine must see this machine's paths."""
-    volumes = {str(requirements.parent): {"bind": "/opt/ml/code", "mode": "ro"},
+    volumes = {str(requirements.parent): {"bind": CODE_DIR, "mode": "ro"},
                str(out): {"bind": "/out", "mode": "rw"},
                str(RESOLVER): {"bind": "/tmp/sm-emulator-resolver.py", "mode": "ro"}}
     environment = {}
@@ -95,7 +96,7 @@ def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
         volumes[str(CA_BUNDLE)] = {"bind": "/tmp/sm-emulator-ca.crt", "mode": "ro"}
         environment["PIP_CERT"] = "/tmp/sm-emulator-ca.crt"
     status, stdout, stderr = engine.run_helper(
-        image, ["/tmp/sm-emulator-resolver.py", f"/opt/ml/code/{requirements.name}", "/out",
+        image, ["/tmp/sm-emulator-resolver.py", f"{CODE_DIR}/{requirements.name}", "/out",
                 str(os.getuid()), str(os.getgid())],
         name=name, labels=helpers.labels("wheelhouse"), entrypoint="python", network="bridge",
         volumes=volumes, environment=environment, timeout=RESOLVE_TIMEOUT)

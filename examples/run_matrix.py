@@ -80,7 +80,7 @@ SCENARIOS = (
 
 
 def framework_scenarios() -> list[Scenario]:
-    """Jobs that name a ``framework_version`` (issue 15: their DLC's torch and Python, so the docker
+    """Jobs that name a ``framework_version`` (their DLC's torch and Python, so the docker
     backend whatever ``--backend`` says), when a docker engine runs here. Their test is
     tests/test_framework_jobs.py."""
     try:

@@ -241,6 +241,12 @@ def require_mpi() -> None:
 
 
 @pytest.fixture
+def mpi_ready() -> None:
+    """Fixture form of :func:`require_mpi` (for ``pytest.mark.usefixtures``)."""
+    require_mpi()
+
+
+@pytest.fixture
 def docker_ready() -> None:
     """The docker backend can run here (engine and image): see :func:`require`."""
     from emulator.backends.docker import DockerBackend

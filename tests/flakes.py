@@ -1,6 +1,6 @@
 """Flake detector: run tests that start real jobs, under load, until each has passed N times.
 
-A test that needs a quiet machine to pass is a defect (issue 24). This runs the chosen tests in
+A test that needs a quiet machine to pass is a defect. This runs the chosen tests in
 rounds of ``pytest -n WORKERS --dist loadgroup`` (more workers than cores: the jobs compete for
 CPU) with ``--hog K`` busy-looping processes beside them, until every test has passed ``--passes``
 times or ``--max-rounds`` rounds ran; it prints one row per test (passed, failed, skipped) and exits
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Tests that start real jobs and read what their ranks print or the hosts they kept (issue 24).
+#: Tests that start real jobs and read what their ranks print or the hosts they kept.
 DEFAULT_TESTS = (
     "tests/test_kept.py::test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap",
     "tests/test_kept.py::test_a_job_killed_before_its_kept_record_is_still_reaped_by_job",

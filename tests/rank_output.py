@@ -1,4 +1,4 @@
-"""Reading what a rank printed out of a stream it shares (issue 24).
+"""Reading what a rank printed out of a stream it shares.
 
 The ranks of a host share its stdout (and mpirun forwards every rank's output to algo-1), the
 toolkit re-prints what it reads in chunks, and ``print`` under ``PYTHONUNBUFFERED=1`` writes the

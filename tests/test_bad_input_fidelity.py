@@ -1,4 +1,4 @@
-"""Bad values of the options issue 11 added (``pass_env``, ``host_order``, ``smddp_strict``, sharded
+"""Bad values of the fidelity options (``pass_env``, ``host_order``, ``smddp_strict``, sharded
 channels, checkpoint paths): refused before any host starts, naming the field and what is allowed,
 leaving no file and no process. Same harness as ``test_bad_input.py``.
 """

@@ -37,7 +37,7 @@ def test_plan_quick_and_full() -> None:
     assert max(c["ranks"] for c in full if c["group"] == "scale") == 64
     assert all(c["baseline"] is None or c["baseline"] in {x["name"] for x in full} for c in full)
     assert any("pytorchddp" in c["name"] for c in full) and not any("pytorchddp" in c["name"] for c in quick)
-    fsdp = {c["name"]: c for c in full if c["group"] == "fsdp"}  # issue 26: FSDP against torchrun by hand
+    fsdp = {c["name"]: c for c in full if c["group"] == "fsdp"}  # FSDP against torchrun by hand
     assert {c["spec"]["script"] for c in fsdp.values()} == {"fsdp_fit.py"}
     assert fsdp["fsdp: emulator torch_distributed, ci profile"]["baseline"] == "fsdp: torchrun by hand (baseline)"
 

@@ -4,12 +4,11 @@ Expected lines come from the script's own text."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest
 
+from .conftest import require_mpi
 from .test_stacks_jobs import SCRIPTS, SMDDP, TORCH_DIST, line, run_until_warm
 
 SCRIPT = (SCRIPTS / "out_of_step.py").read_text()
@@ -43,8 +42,7 @@ def test_out_of_step_on_docker(tmp_path: Path, docker_ready: None) -> None:
 
 
 def test_out_of_step_under_mpirun_on_smddp(tmp_path: Path) -> None:
-    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("MPI-family jobs need Open MPI's mpirun and mpi4py")
+    require_mpi()
     result, _ = run_until_warm(tmp_path, "out-of-step-mpi", entry_point="out_of_step.py", distribution=SMDDP,
                                hyperparameters={"backend": "smddp"}, short_toolkit_sleeps=True)
     _check(result)

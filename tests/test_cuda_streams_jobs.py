@@ -1,4 +1,4 @@
-"""Issue 27, end to end: a DDP training loop using CUDA streams, events and NVTX completes on 2 hosts
+"""CUDA streams end to end: a DDP training loop using CUDA streams, events and NVTX completes on 2 hosts
 x 2 emulated GPUs (nccl, torch_distributed, the real toolkit and torchrun) with plausible timings.
 
 Each rank writes a JSON report into ``SM_MODEL_DIR`` (``tests/scripts/cuda_streams.py``); the test

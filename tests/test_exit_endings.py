@@ -1,4 +1,4 @@
-"""Issue 25: correct script endings end ``Completed``; a death at interpreter exit is explained.
+"""Correct script endings end ``Completed``; a death at interpreter exit is explained.
 
 The corpus (``tests/scripts/endings.py``): each rank of a 2-host job ends one way (no
 ``destroy_process_group()``, destroy, ``sys.exit(0)`` mid-way, ``os._exit(0)``, a daemon thread

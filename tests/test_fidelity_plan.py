@@ -1,4 +1,4 @@
-"""Issue 11 (fidelity), the parts that need no running host: plans, preflight checks, shares.
+"""Fidelity, the parts that need no running host: plans, preflight checks, shares.
 
 Oracles: AWS's documentation (cited per test), the real ``sagemaker-training`` toolkit run on the
 planned files, and values written out by hand — never the code under test.

@@ -1,4 +1,4 @@
-"""Issue 11 through the SageMaker SDK v2 session: a 2-host job on the docker backend with a
+"""Fidelity options through the SageMaker SDK v2 session: a 2-host job on the docker backend with a
 single-object S3 channel (item 8), a ``ShardedByS3Key`` channel (item 6), and the account id
 and training image it reports (item 11).
 """

@@ -19,6 +19,8 @@ import pytest
 from emulator import frameworks, images
 from emulator.inhost import ROOT as INHOST
 
+from .conftest import require
+
 FAMILY = frameworks.family("1.12")
 
 
@@ -30,8 +32,14 @@ def _tag() -> str | None:
 
 
 TAG = _tag()
-needs_image = pytest.mark.skipif(TAG is None, reason="the torch 1.12 image is not built "
-                                 "(nox -s image -- --framework 1.12)")
+@pytest.fixture
+def _family_image() -> None:
+    """Skips locally, fails under ``CI=true`` (``require`` in conftest.py)."""
+    require("a torch 1.12 job", [] if TAG is not None else
+            ["the torch 1.12 image (nox -s image -- --framework 1.12)"])
+
+
+needs_image = pytest.mark.usefixtures("_family_image")
 
 
 def test_default_and_current_run_the_default_image() -> None:

@@ -1,4 +1,4 @@
-"""``framework_version`` end to end (issue 15): the request, both backends, ``job.json``, ``plan``.
+"""``framework_version`` end to end: the request, both backends, ``job.json``, ``plan``.
 
 Oracles: what the training script itself reports inside the hosts (``torch.__version__``,
 ``sys.version``, ``pytorch_lightning.__version__``, the process group backend, the world size),
@@ -135,7 +135,7 @@ def test_process_backend_runs_the_framework_torch_in_a_job_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Family 2.13 (torch 2.13.0+cpu: the CPU build this machine has, so nothing downloads): the job
     runs in a job environment made for it, and job.json says what the script saw. The cache is
-    empty (issue 19: cold paths in the suite), so the environment is created by this job."""
+    empty (cold paths in the suite), so the environment is created by this job."""
     from emulator.supervisor import run
 
     monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
@@ -210,7 +210,7 @@ def _launch_flags(out: Path, name: str) -> list[str]:
 @pytest.mark.docker
 def test_2022_launcher_runs_unchanged_on_torch_1_12_lightning_1_6(tmp_path: Path,
                                                                   request: pytest.FixtureRequest) -> None:
-    """Issue 15's "done when": the unchanged launcher (framework_version="1.12.1", py_version="py38",
+    """The unchanged 2022-era launcher (framework_version="1.12.1", py_version="py38",
     pytorch-lightning==1.6.3 in requirements.txt) completes through ``python -m emulator launch`` on
     the docker backend, 2 hosts x 2 emulated GPUs with smddp, on torch 1.12 and Lightning 1.6.3."""
     tag = _need_image(request)

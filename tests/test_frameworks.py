@@ -126,7 +126,7 @@ def test_nothing_asked_and_current() -> None:
 
 
 def test_the_issue_example_and_its_deviations() -> None:
-    # The seeds' launchers: framework_version="1.12.1", py_version="py38" (issue 15).
+    # The seeds' launchers: framework_version="1.12.1", py_version="py38".
     sel = frameworks.select("1.12.1", "py38")
     assert sel is not None and sel.family is not None
     assert (sel.family.torch, sel.family.python, sel.family.suite) == ("1.12.1", "3.9", "bullseye")

@@ -1,4 +1,4 @@
-"""Issue 26, end to end on 2 hosts x 2 emulated GPUs (nccl, torch_distributed, the real toolkit and
+"""FSDP end to end on 2 hosts x 2 emulated GPUs (nccl, torch_distributed, the real toolkit and
 torchrun): torch.accelerator, FSDP v1 (``device_id=torch.cuda.current_device()``,
 ``sync_module_states``), FSDP2 (``fully_shard`` over ``init_device_mesh("cuda", ...)``), their
 ``torch.distributed.checkpoint`` checkpoints across two jobs, Lightning's ``FSDPStrategy`` and

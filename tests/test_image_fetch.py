@@ -1,6 +1,6 @@
 """The framework image's downloads (``docker/build.py``: ``artifacts``, ``_fetch``), cold.
 
-Issue 19: the torch 1.12 image's build resolved its files with the image's Python 3.9 and then
+The torch 1.12 image's build resolved its files with the image's Python 3.9 and then
 handed the cp39 wheel URLs to this machine's ``pip download``, which refuses a wheel its own
 Python (3.11) cannot install. These tests start from empty folders every time, so no earlier
 build's downloads can make them pass.

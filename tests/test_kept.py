@@ -119,7 +119,7 @@ def wait_for_warm(logs: Path, ranks: int, proc: subprocess.Popen[str]) -> dict[i
 
 
 def test_warm_markers_are_found_when_two_ranks_lines_interleave(tmp_path: Path) -> None:
-    """Issue 24: algo-2's log held ``WARM rank 2 of 4 on algo-2WARM rank 3 of 4 on algo-2`` (the
+    """algo-2's log held ``WARM rank 2 of 4 on algo-2WARM rank 3 of 4 on algo-2`` (the
     text and the newline of a ``print`` are two writes); a per-line ``startswith`` lost rank 3."""
     (tmp_path / "algo-1.log").write_text("[toolkit] Invoking script\nWARM rank 0 of 4 on algo-1\n"
                                          "WARM rank 1 of 4 on algo-1\n")
@@ -207,7 +207,7 @@ def test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap(tmp_path: Pa
 
 
 #: ``python -m emulator run`` whose ``kept.keep`` freezes the hosts and hands them off, then SIGKILLs
-#: its own emulator before the record is written: the worst moment of a kill (issue 24).
+#: its own emulator before the record is written: the worst moment of a kill.
 KILLED_IN_KEEP = """\
 import os, signal, sys
 from emulator import cli, kept

@@ -1,4 +1,4 @@
-"""``python -m emulator plan`` prints exactly what ``run`` starts (issue 12, item 1).
+"""``python -m emulator plan`` prints exactly what ``run`` starts.
 
 The same 2-host x 2-GPU torch_distributed job is planned, then run; inside every host the
 container process (PID 1) reports its environment, command line, ``eth0`` address and

@@ -196,5 +196,12 @@ def test_ssh_material_is_per_job_and_private(tmp_path: Path) -> None:
         assert line in config
     other = sshd.prepare(tmp_path / "other")
     assert (other / "dot-ssh" / "id_ed25519").read_bytes() != key  # per job
-    if (root / "pam-sshd").exists():
+    # The pam file is derived from the machine's /etc/pam.d/sshd exactly when there is one.
+    assert (root / "pam-sshd").is_file() == Path("/etc/pam.d/sshd").is_file()
+    if Path("/etc/pam.d/sshd").is_file():
         assert not re.search(r"(?m)^session\s+required\s+pam_loginuid", (root / "pam-sshd").read_text())
+    # The rewrite itself, on Debian's line (openssh-server's debian/openssh-server.sshd.pam.in); the
+    # DLC Dockerfiles make the same edit with sed (github.com/aws/deep-learning-containers).
+    debian = "session    required     pam_loginuid.so\nsession    optional     pam_keyinit.so force revoke\n"
+    assert sshd._pam_sshd(debian) == \
+        "session    optional     pam_loginuid.so\nsession    optional     pam_keyinit.so force revoke\n"

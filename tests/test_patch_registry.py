@@ -15,6 +15,7 @@ against what the in-host code really changes, and against the README.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
 import os
@@ -34,7 +35,7 @@ from emulator.inhost.site import _sm_emulator_hooks as hooks
 ROOT = Path(__file__).resolve().parent.parent
 #: The pinned distributions this environment must have, so the check below cannot pass vacuously.
 PINNED_HERE = ("torch 2.13.0", "sagemaker-training 5.1.4", "sagemaker-pytorch-training 3.0.0",
-               "pytorch-lightning 2.6")
+               "pytorch-lightning 2.6", "python 3.11")
 
 
 def test_every_entry_matches_the_installed_pinned_packages() -> None:
@@ -68,6 +69,13 @@ def test_hooks_watch_the_registered_modules() -> None:
     assert set(hooks.TOOLKIT_SLEEP_MODULES) == {p.module for p in registry.entries("short-sleeps")}
     assert {hooks.TOOLKIT_TRAINING_MODULE} == {p.module for p in registry.entries("toolkit-torch-version")}
     assert set(hooks.FSDP_MODULES) == {p.module for p in registry.entries("cuda-fsdp")}
+    # The collectives the in-host recorder wraps, read from its source (importing it needs the
+    # in-host path): every one is a registry entry, in the same order.
+    source = (SITE / "_sm_emulator_collectives.py").read_text()
+    module = ast.parse(source)
+    listed = next(ast.literal_eval(node.value) for node in module.body if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "COLLECTIVES" for t in node.targets))
+    assert list(listed) == [p.attribute for p in registry.entries("collectives")]
 
 
 def test_readme_table_is_the_registry() -> None:
@@ -113,6 +121,9 @@ for module in (sagemaker_training.mpi, sagemaker_training.smdataparallel):
     _sm_emulator_toolkit.patch(module)
 _sm_emulator_toolkit.patch_training(sagemaker_pytorch_container.training)
 import smdistributed.dataparallel.torch.torch_smddp
+import _sm_emulator_collectives, _sm_emulator_exits, multiprocessing.process
+_sm_emulator_collectives.patch(torch)
+_sm_emulator_exits._on_multiprocessing(multiprocessing.process)
 after = snapshot()
 missing = object()
 changed = sorted([label, name] for label in owners for name in set(before[label]) | set(after[label])

@@ -110,7 +110,7 @@ def test_launcher_is_the_toolkits_torchrun(p4d_plan: planning.JobPlan) -> None:
 
 
 def test_environment_is_an_allowlist(p4d_plan: planning.JobPlan) -> None:
-    """Only the image's, the platform's and the named variables reach a host (issue 11, item 2)."""
+    """Only the image's, the platform's and the named variables reach a host."""
     env = p4d_plan.hosts[0].env
     assert "AWS_SECRET_ACCESS_KEY" not in env and "RANK" not in env and "HF_TOKEN" not in env
     assert env["WANDB_PROJECT"] == "demo"  # named in pass_env

@@ -71,7 +71,7 @@ def claimed_twice(message: str) -> dict[int, list[str]]:
     return out
 
 
-# -- rendezvous: the duplicated-rank job of issue 22 --------------------------------------------
+# -- rendezvous: the duplicated-rank job -------------------------------------------------------
 def test_local_rank_as_global_rank_is_named_and_fails_the_job(tmp_path: Path) -> None:
     result, console = run(tmp_path, "rdzv-local-rank", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
                           hyperparameters={"mode": "local-rank"})

@@ -1,5 +1,5 @@
 """SIGTERM to the emulator (how CI runners and `timeout` cancel a job) is handled like Ctrl-C:
-hosts stopped, ``job.json`` written with ``Stopped``, temp tree removed (issue 12, item 2)."""
+hosts stopped, ``job.json`` written with ``Stopped``, temp tree removed."""
 
 from __future__ import annotations
 

@@ -25,11 +25,17 @@ import pytest
 
 from emulator.backends import sshd
 
+from .conftest import require
 from .rank_output import marked_json
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("bwrap") and shutil.which("ssh") and shutil.which("ssh-keygen") and Path(sshd.SSHD).is_file()),
-    reason="needs bwrap, openssh-client and openssh-server (/usr/sbin/sshd is the mount point)")
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    """Skips locally, fails under ``CI=true`` (``require`` in conftest.py)."""
+    require("the sshd stand-in", [what for what, ok in (
+        ("bwrap", shutil.which("bwrap")), ("openssh-client (ssh)", shutil.which("ssh")),
+        ("openssh-client (ssh-keygen)", shutil.which("ssh-keygen")),
+        (f"openssh-server ({sshd.SSHD} is the mount point)", Path(sshd.SSHD).is_file())) if not ok])
 
 #: /etc/environment of the sandbox: what pam_env makes of it is the interesting part.
 ENVIRONMENT = (

@@ -3,10 +3,8 @@ backends. Expected places come from the script's own text (the lines holding its
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,6 +17,8 @@ import emulator
 from emulator import supervisor
 from emulator.request import create
 from emulator.result import JobResult
+
+from .conftest import require_mpi
 
 SCRIPTS = Path(__file__).parent / "scripts"
 HANG = (SCRIPTS / "hang_reader.py").read_text()
@@ -107,8 +107,7 @@ def test_docker_backend_reports_where_each_rank_was(tmp_path: Path, docker_ready
 
 def test_mpirun_ranks_under_smddp(tmp_path: Path) -> None:
     """smdistributed dataparallel: the toolkit's mpirun + smddprun start the ranks; the smddp stand-in."""
-    if shutil.which("mpirun") is None or importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("MPI-family jobs need Open MPI's mpirun and mpi4py")
+    require_mpi()
     result, _ = run_until_warm(tmp_path, "hang-mpi", entry_point="hang_reader.py", distribution=SMDDP,
                                hyperparameters={"backend": "smddp"}, short_toolkit_sleeps=True)
     assert result.status == "Stopped"

@@ -121,7 +121,7 @@ def test_fail_fast_stops_the_others_and_names_the_first_failure(job: rq.JobReque
 
 def test_an_exit_status_of_137_is_not_a_signal(job: rq.JobRequest) -> None:
     """A script calling sys.exit(137) is reported as exit 137; only a signal the emulator sent is
-    reported as a signal (issue 11, item 10)."""
+    reported as a signal."""
     backend = FakeBackend(FakeClock(), [{"algo-2": HostScript(0.2, status=137)}])
     result, _ = _run(job, backend)
     algo2 = next(h for h in result.hosts if h.name == "algo-2")
@@ -174,7 +174,7 @@ def test_stop_request_stops_the_job(job: rq.JobRequest) -> None:
 
 def test_spot_restart_carries_pending_faults_into_the_new_attempt(job: rq.JobRequest) -> None:
     """spot@1s, then kill:algo-2:SIGKILL@5s: the kill has not fired when the spot interruption ends
-    the first attempt, fires in the second, and the job fails with exit 137 (issue 11, item 1)."""
+    the first attempt, fires in the second, and the job fails with exit 137."""
     clock = FakeClock()
     backend = FakeBackend(clock)
     rec = Recorder()

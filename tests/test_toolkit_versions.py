@@ -3,7 +3,8 @@
 The framework images of the DLC families 2.11 to 2.13 hold sagemaker-training 5.1.1 (AWS's
 ``docker/pytorch/2.1x/cpu/uv.lock``), which launches differently from the pinned 5.1.4.
 
-Oracles: ../shared/reference/sagemaker-training-container.md §3.4 (up to 5.1.2 the command runs
+Oracles: sagemaker-training-toolkit's ``src/sagemaker_training/process.py``
+(github.com/aws/sagemaker-training-toolkit; up to 5.1.2 the command runs
 through ``asyncio.create_subprocess_shell(" ".join(cmd))``; a COMMAND entry point is
 ``["/bin/sh", "-c", '"./<entry> <args>"']``) and the released sources of 5.1.1 and 5.1.4 on PyPI
 (``process.py``: ``python -- script.py`` only from 5.1.4 on; ``__init__.py``: 5.1.1's EFA lists

@@ -18,6 +18,8 @@ import pytest
 
 from emulator import wheelhouse
 
+from .conftest import require
+
 IMAGE = "sagemaker-emulator:latest"
 INSTALL = ("import sys; from sagemaker_training import modules, errors\n"
            "try:\n    modules.install_requirements('/opt/ml/code', capture_error=True)\n"
@@ -31,7 +33,13 @@ def _docker_ok() -> bool:
     return subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode == 0
 
 
-needs_docker = pytest.mark.skipif(not _docker_ok(), reason=f"needs a docker engine and {IMAGE}")
+@pytest.fixture
+def _docker_image() -> None:
+    """Skips locally, fails under ``CI=true`` (``require`` in conftest.py)."""
+    require(f"resolving requirements in {IMAGE}", [] if _docker_ok() else [f"a docker engine and {IMAGE}"])
+
+
+needs_docker = pytest.mark.usefixtures("_docker_image")
 
 
 def _reqs(tmp_path: Path, text: str) -> Path:

@@ -29,6 +29,7 @@ from sagemaker.session import Session, _check_job_status
 
 from ..console import RAW_SUFFIX, LogTailer
 from ..inhost import protocol as P
+from ..profiles import EXACT
 from .client import EmulatorSageMakerClient
 from .s3 import ACCOUNT, S3Store, default_store
 
@@ -45,7 +46,7 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = "auto",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None, profile: str = "exact",
+                 framework_version: str | None = None, profile: str = EXACT,
                  **session_kwargs: Any) -> None:
         region = region or (boto_session.region_name if boto_session is not None else None) or P.DEFAULT_REGION
         self.s3_store: S3Store = (S3Store(Path(s3_root), region=region).open() if s3_root is not None

@@ -1,4 +1,4 @@
-"""Exit-time teardown of an emulated nccl group (issue 25), on real torchrun ranks.
+"""Exit-time teardown of an emulated nccl group, on real torchrun ranks.
 
 Expected values from torch's ``~ProcessGroupNCCL`` (ProcessGroupNCCL.cpp): the warning is printed
 once, by ranks with ``rank % local GPU count == 0``, only when the group was not destroyed.

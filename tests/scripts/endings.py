@@ -1,4 +1,4 @@
-"""A DDP rank that ends in one of the correct ways scripts end (issue 25's corpus).
+"""A DDP rank that ends in one of the correct ways scripts end (the endings corpus).
 
 Rank r ends with ``ENDINGS[(r + shift) % len(ENDINGS)]`` (hyperparameters ``shift`` and
 ``backend``), so one 2-host job tries several endings, each as this process's real ending. Before

@@ -1,4 +1,4 @@
-"""A Lightning DDP fit that ends with Lightning's own teardown (issue 25's corpus).
+"""A Lightning DDP fit that ends with Lightning's own teardown (the endings corpus).
 
 Lightning registers ``atexit`` ``_destroy_dist_connection`` for an nccl group (its comment: "PyTorch
 >= 2.4 warns about undestroyed NCCL process group, so we need to do it at program exit"); the

@@ -306,14 +306,12 @@ def patch(torch: Any) -> None:
         return
     dist._sm_emulator_collectives = True
     c10d = dist.distributed_c10d
-    for name in COLLECTIVES:
-        original = getattr(c10d, name, None)
-        if original is None or getattr(original, "_sm_emulator_recorded", False):
+    from _sm_emulator_patches import wrap
+
+    for name in COLLECTIVES:  # registry entries of group "collectives" (aliased in torch.distributed)
+        if getattr(getattr(c10d, name, None), "_sm_emulator_recorded", False):
             continue
-        wrapped = _wrap(name, original, torch)
-        setattr(c10d, name, wrapped)
-        if getattr(dist, name, None) is original:
-            setattr(dist, name, wrapped)
+        wrap("collectives", c10d, name, functools.partial(_wrap, name, torch=torch))
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 

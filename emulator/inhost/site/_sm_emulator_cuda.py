@@ -42,7 +42,7 @@ from typing import Any
 
 import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
-from _sm_emulator_protocol import ENV_GPU_MEMORY
+from _sm_emulator_protocol import ENV_GPU_COUNT, ENV_GPU_MEMORY, ENV_GPU_MODEL
 
 _CAPABILITY_BY_MODEL = {
     "H200": (9, 0),
@@ -71,7 +71,7 @@ _ZERO_MEMORY = (
 def gpu_count() -> int:
     """Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0)."""
     try:
-        return max(0, int(os.environ.get("EMULATOR_GPU_COUNT", "0")))
+        return max(0, int(os.environ.get(ENV_GPU_COUNT, "0")))
     except ValueError:
         return 0
 
@@ -86,7 +86,7 @@ def gpu_memory() -> int:
 
 def gpu_model() -> str:
     """The emulated GPU's name (``EMULATOR_GPU_MODEL``)."""
-    return os.environ.get("EMULATOR_GPU_MODEL") or "NVIDIA Emulated GPU"
+    return os.environ.get(ENV_GPU_MODEL) or "NVIDIA Emulated GPU"
 
 
 def not_emulated(call: str) -> RuntimeError:

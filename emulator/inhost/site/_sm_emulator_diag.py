@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENV_DIR = "EMULATOR_DIAG_DIR"
+from _sm_emulator_names import ENV_DIAG_DIR as ENV_DIR
+from _sm_emulator_names import ENV_GPU_COUNT
+
 _ENV_KEYS = (
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
     "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SMDATAPARALLEL_LOCAL_RANK",
-    "SM_CURRENT_HOST", "SM_NUM_GPUS", "EMULATOR_GPU_COUNT",
+    "SM_CURRENT_HOST", "SM_NUM_GPUS", ENV_GPU_COUNT,
 )  # fmt: skip
 
 _RECORD: dict[str, Any] = {}

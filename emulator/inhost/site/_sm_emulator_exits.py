@@ -30,11 +30,8 @@ from __future__ import annotations
 import os
 import sys
 
-# The protocol's values (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms);
-# tests/inhost/test_exits.py checks they are equal.
-ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
-EXIT_PREFIX = "exit-"
-ENDED_PREFIX = "ended-"
+# From ``_sm_emulator_names`` (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms).
+from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, EXIT_PREFIX
 
 _COUNT = [0]
 _ENDED: list[object] = []  # the open file faulthandler writes to (kept open until the process ends)
@@ -136,11 +133,16 @@ def _on_threading(threading: object) -> None:
 
 
 def _on_multiprocessing(process: object) -> None:
-    cls = process.BaseProcess
-    original = cls._bootstrap
-    if getattr(original, "_sm_emulator_exits", False):
+    """Wrap ``BaseProcess._bootstrap`` (registry entry of group ``exit-records``; the registry is
+    imported only here, where ``multiprocessing`` is in use, not at every process start)."""
+    if getattr(process.BaseProcess._bootstrap, "_sm_emulator_exits", False):
         return
+    from _sm_emulator_patches import wrap
 
+    wrap("exit-records", process, "BaseProcess._bootstrap", _bootstrap_wrapper)
+
+
+def _bootstrap_wrapper(original: object) -> object:
     def _bootstrap(self: object, *args: object, **kwargs: object) -> object:
         caught: list[BaseException] = []
         run = self.run
@@ -153,14 +155,14 @@ def _on_multiprocessing(process: object) -> None:
                 raise
 
         self.run = recording_run
-        code = original(self, *args, **kwargs)
+        code = original(self, *args, **kwargs)  # type: ignore[operator]
         if code:
             exc = caught[-1] if caught else None
             record("child-exit", exc, None, code=code, process=getattr(self, "name", None))
         return code
 
     _bootstrap._sm_emulator_exits = True  # type: ignore[attr-defined]
-    cls._bootstrap = _bootstrap
+    return _bootstrap
 
 
 def install() -> None:

@@ -43,6 +43,8 @@ import struct
 import sys
 import time
 
+from _sm_emulator_names import ENV_FAST_START, ENV_FAST_START_PRELOAD
+
 SOCK = "/tmp/.sm-emulator-zygote.sock"
 PIDFILE = "/tmp/.sm-emulator-zygote.pid"
 LOG = "/tmp/.sm-emulator-zygote.log"
@@ -75,7 +77,7 @@ def _parse(argv: list[str]) -> tuple[str, str, list[str], bool] | None:
 
 def activate() -> None:
     """Called from ``sitecustomize``: start the zygote (host PID 1) or delegate to it."""
-    if os.environ.get(ROLE) or os.environ.get("EMULATOR_FAST_START") != "1":
+    if os.environ.get(ROLE) or os.environ.get(ENV_FAST_START) != "1":
         return
     try:
         argv = _cmdline()
@@ -178,7 +180,7 @@ def serve() -> None:
         f.write(f"{os.getpid()}\n")
     base_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     t0 = time.time()
-    for mod in filter(None, os.environ.get("EMULATOR_FAST_START_PRELOAD", "torch,torch.distributed").split(",")):
+    for mod in filter(None, os.environ.get(ENV_FAST_START_PRELOAD, "torch,torch.distributed").split(",")):
         try:
             importlib.import_module(mod.strip())
         except Exception as exc:

@@ -77,15 +77,16 @@ def install() -> None:
     import _sm_emulator_exits
     import _sm_emulator_stacks
     from _sm_emulator_importhook import when_imported
+    from _sm_emulator_names import ENV_SHORT_TOOLKIT_SLEEPS, ENV_TOOLKIT_SKIPS_TORCH_IMPORT
 
     _sm_emulator_stacks.install()  # debugging: stacks on request (emulator.stacks)
     _sm_emulator_exits.install()  # debugging: abnormal ends (emulator.quiet)
     when_imported("torch", _on_torch)
     when_imported("torch", _on_torch_collectives)
-    if os.environ.get("EMULATOR_SHORT_TOOLKIT_SLEEPS") == "1":
+    if os.environ.get(ENV_SHORT_TOOLKIT_SLEEPS) == "1":
         for name in TOOLKIT_SLEEP_MODULES:
             when_imported(name, _on_toolkit_runner)
-    if os.environ.get("EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT") == "1":
+    if os.environ.get(ENV_TOOLKIT_SKIPS_TORCH_IMPORT) == "1":
         when_imported(TOOLKIT_TRAINING_MODULE, _on_toolkit_training)
     for name in LIGHTNING_DDP_MODULES:
         when_imported(name, _on_lightning)

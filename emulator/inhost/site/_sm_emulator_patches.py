@@ -143,9 +143,17 @@ GROUPS = {g.name: g for g in (
     Group("toolkit-torch-version", "_sm_emulator_toolkit",
           "EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1 (ci profile)",
           "the toolkit sets SM_DLC_TORCH_VERSION from torch/version.py instead of importing torch"),
+    Group("collectives", "_sm_emulator_collectives", "EMULATOR_DIAG_DIR set, EMULATOR_COLLECTIVES not 0",
+          "each collective a rank issues is recorded (what, on which group, where, whether it returned) in "
+          "a ring file the collective diagnostics read; the original runs unchanged"),
+    Group("exit-records", "_sm_emulator_exits", "EMULATOR_DIAG_DIR set",
+          "a multiprocessing child that ends with a non-zero exit code records the exception that ended it "
+          "(multiprocessing prints and drops it); the original runs unchanged"),
 )}
 
 _TORCH = "torch 2.13.0"
+#: The pseudo-distribution of the standard library's entries (see :func:`installed_version`).
+PYTHON = "python"
 _C10D = "torch.distributed.distributed_c10d"
 _FACTORY_DOC = "builtin_function_or_method: "
 _TENSOR_DOC = "method_descriptor: "
@@ -378,6 +386,33 @@ REGISTRY: tuple[Patch, ...] = tuple([
       for module in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")],
     Patch("toolkit-torch-version", "sagemaker_pytorch_container.training", "_set_torch_version_environment",
           "()", "sagemaker-pytorch-training 3.0.0", "wrap"),
+    # The order is ``_sm_emulator_collectives.COLLECTIVES``' (tests/test_patch_registry.py checks both agree).
+    *_table("collectives", _C10D, _TORCH, {
+        "all_reduce": "(tensor, op=<RedOpType.SUM: 0>, group=None, async_op=False)",
+        "broadcast": "(tensor, src=None, group=None, async_op=False, group_src=None)",
+        "reduce": "(tensor, dst=None, op=<RedOpType.SUM: 0>, group=None, async_op=False, group_dst=None)",
+        "all_gather": "(tensor_list, tensor, group=None, async_op=False)",
+        "all_gather_into_tensor": "(output_tensor, input_tensor, group=None, async_op=False)",
+        "gather": "(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None)",
+        "scatter": "(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None)",
+        "reduce_scatter": "(output, input_list, op=<RedOpType.SUM: 0>, group=None, async_op=False)",
+        "reduce_scatter_tensor": "(output, input, op=<RedOpType.SUM: 0>, group=None, async_op=False)",
+        "all_to_all": "(output_tensor_list, input_tensor_list, group=None, async_op=False)",
+        "all_to_all_single": "(output, input, output_split_sizes=None, input_split_sizes=None, group=None, "
+                             "async_op=False)",
+        "barrier": "(group=None, async_op=False, device_ids=None, timeout=None)",
+        "monitored_barrier": "(group=None, timeout=None, wait_all_ranks=False)",
+        "broadcast_object_list": "(object_list, src=None, group=None, device=None, group_src=None)",
+        "all_gather_object": "(object_list, obj, group=None)",
+        "gather_object": "(obj, object_gather_list=None, dst=None, group=None, group_dst=None)",
+        "scatter_object_list": "(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None, "
+                               "group_src=None)",
+        "all_reduce_coalesced": "(tensors, op=<RedOpType.SUM: 0>, group=None, async_op=False)",
+        "all_gather_coalesced": "(output_tensor_lists, input_tensor_list, group=None, async_op=False)",
+    }, kind="wrap", aliases=("torch.distributed",)),
+    # The standard library's: "python X.Y" is the interpreter's version (no distribution to ask).
+    Patch("exit-records", "multiprocessing.process", "BaseProcess._bootstrap", "(self, parent_sentinel=None)",
+          "python 3.11", "wrap"),
 ])
 
 _BY_KEY = {(p.group, p.module, p.attribute): p for p in REGISTRY}
@@ -485,12 +520,7 @@ def other_release(patch: Patch) -> str | None:
     pinned one (None: the pinned release, or not installed)."""
     distribution, version = pinned_distribution(patch)
     if distribution not in _INSTALLED:
-        import importlib.metadata
-
-        try:
-            _INSTALLED[distribution] = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            _INSTALLED[distribution] = None
+        _INSTALLED[distribution] = installed_version(distribution)
     installed = _INSTALLED[distribution]
     return installed if installed is not None and not version_matches(installed, version) else None
 
@@ -573,6 +603,18 @@ def entries(group: str, module: str | None = None) -> list[Patch]:
 
 
 # -- checks and documentation (outside hosts) ---------------------------------------------------
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (``python``: the running interpreter's), or None."""
+    if distribution == PYTHON:
+        return ".".join(map(str, sys.version_info[:3]))
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def pinned_distribution(patch: Patch) -> tuple[str, str]:
     name, version = patch.pinned.rsplit(" ", 1)
     return name, version
@@ -592,9 +634,8 @@ def check_installed(patches: Iterable[Patch] = REGISTRY) -> tuple[list[str], lis
     bad, checked, skipped = [], [], []
     for patch in patches:
         distribution, version = pinned_distribution(patch)
-        try:
-            installed = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
+        installed = installed_version(distribution)
+        if installed is None:
             skipped.append(f"{patch.target}: {distribution} not installed")
             continue
         if not version_matches(installed, version):

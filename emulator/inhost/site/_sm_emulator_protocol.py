@@ -15,27 +15,50 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# -- variables the emulator sets in every host (read by the in-host code) ---------------------
-#: "1" in every emulated host: activates ``sitecustomize``'s lazy patches.
-ENV_INHOST = "EMULATOR_INHOST"
-#: Emulated GPUs on this host, their model name and memory (bytes per device).
-ENV_GPU_COUNT = "EMULATOR_GPU_COUNT"
-ENV_GPU_MODEL = "EMULATOR_GPU_MODEL"
-ENV_GPU_MEMORY = "EMULATOR_GPU_MEMORY"
-#: In-host folder where ranks write diagnostics records (bind-mounted from the job's scratch).
-ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
-#: "1": cap the toolkit's fixed MPI-family sleeps (a recorded deviation).
-ENV_SHORT_TOOLKIT_SLEEPS = "EMULATOR_SHORT_TOOLKIT_SLEEPS"
-#: "1": the toolkit reads torch's version from torch/version.py instead of importing torch (a recorded deviation).
-ENV_TOOLKIT_SKIPS_TORCH_IMPORT = "EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT"
-#: "1": fork torchrun and its ranks from a pre-imported interpreter (a recorded deviation).
-ENV_FAST_START = "EMULATOR_FAST_START"
-#: Modules the fast-start interpreter imports ahead (comma separated).
-ENV_FAST_START_PRELOAD = "EMULATOR_FAST_START_PRELOAD"
-#: "1": the smdistributed stand-in turns inferred limits into errors (default: warnings).
-ENV_SMDDP_STRICT = "EMULATOR_SMDDP_STRICT"
-#: "0": ranks do not record the collectives they issue (default: recorded; see DIAG_* below).
-ENV_COLLECTIVES = "EMULATOR_COLLECTIVES"
+# -- variables the emulator sets in every host, and the files ranks write -----------------------
+# Defined in ``_sm_emulator_names`` (no imports: start-up code reads them from there).
+try:  # the emulator's side: emulator.inhost.site._sm_emulator_protocol
+    from ._sm_emulator_names import (
+        COLLECTIVES_PREFIX,
+        ENDED_PREFIX,
+        ENV_COLLECTIVES,
+        ENV_DIAG_DIR,
+        ENV_FAST_START,
+        ENV_FAST_START_PRELOAD,
+        ENV_GPU_COUNT,
+        ENV_GPU_MEMORY,
+        ENV_GPU_MODEL,
+        ENV_INHOST,
+        ENV_PREFIX,
+        ENV_SHORT_TOOLKIT_SLEEPS,
+        ENV_SMDDP_STRICT,
+        ENV_TOOLKIT_SKIPS_TORCH_IMPORT,
+        EXIT_PREFIX,
+        RDZV_PREFIX,
+        STACKS_PREFIX,
+        STACKS_SIGNAL,
+    )
+except ImportError:  # inside hosts: the top-level _sm_emulator_protocol
+    from _sm_emulator_names import (  # type: ignore[no-redef]  # noqa: F401
+        COLLECTIVES_PREFIX,
+        ENDED_PREFIX,
+        ENV_COLLECTIVES,
+        ENV_DIAG_DIR,
+        ENV_FAST_START,
+        ENV_FAST_START_PRELOAD,
+        ENV_GPU_COUNT,
+        ENV_GPU_MEMORY,
+        ENV_GPU_MODEL,
+        ENV_INHOST,
+        ENV_PREFIX,
+        ENV_SHORT_TOOLKIT_SLEEPS,
+        ENV_SMDDP_STRICT,
+        ENV_TOOLKIT_SKIPS_TORCH_IMPORT,
+        EXIT_PREFIX,
+        RDZV_PREFIX,
+        STACKS_PREFIX,
+        STACKS_SIGNAL,
+    )
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
@@ -62,27 +85,9 @@ SSHD = "/usr/sbin/sshd"
 SSH_DIR = "/etc/ssh"
 SSHD_CONFIG = f"{SSH_DIR}/sshd_config"
 SSH_PORT = 22
-#: Files ranks write in ``EMULATOR_DIAG_DIR`` (``<prefix><hostname>-<pid><suffix>``): the stack
-#: dump each Python process appends to on :data:`STACKS_SIGNAL`, the collective ring (binary,
-#: mmap'd) with its JSON side file, and the record of an exception that ended a process or thread.
-STACKS_PREFIX = "stacks-"
-COLLECTIVES_PREFIX = "coll-"
-EXIT_PREFIX = "exit-"
-#: What a process asked ``init_process_group`` for, written before it blocks in the rendezvous
-#: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.rendezvous``).
-RDZV_PREFIX = "rdzv-"
-#: Written by every Python process of a host once its main script (and its non-daemon threads) has
-#: ended: a JSON header line, then what ``faulthandler`` dumps if a fatal signal ends the process
-#: during interpreter exit (``_sm_emulator_exits``, ``emulator.exitdeaths``).
-ENDED_PREFIX = "ended-"
-#: Empty markers (``once-<key>``, no suffix) by which a message is printed once per job, not once
-#: per process (``_sm_emulator_patches.first_in_job``).
+#: Empty markers (``once-<key>``, no suffix) in ``EMULATOR_DIAG_DIR`` by which a message is printed once
+#: per job, not once per process (``_sm_emulator_patches.first_in_job``).
 ONCE_PREFIX = "once-"
-#: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
-#: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
-#: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
-#: that wrote a stacks file (see ``emulator.stacks``).
-STACKS_SIGNAL = 57
 #: The collective ring ``coll-<host>-<pid>.bin`` (little endian, MAP_SHARED, so it survives a
 #: SIGKILL): a header, then ``COLL_CAPACITY`` fixed-size records written round robin.
 #: Header: magic, version, record size, capacity, records written so far (u64), owner pid.
@@ -97,6 +102,21 @@ COLL_ISSUED, COLL_RETURNED, COLL_RAISED = 1, 2, 3
 #: SageMaker's container paths.
 OPT_ML = "/opt/ml"
 CODE_DIR = "/opt/ml/code"
+CHECKPOINT_DIR = "/opt/ml/checkpoints"
+
+#: The variables a rank's global and local rank are in: torchrun's, then Open MPI's (what
+#: ``mpirun`` sets; https://docs.open-mpi.org/en/main/tuning-apps/environment-var.html).
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK")
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+#: A job's scratch tree on the machine running the emulator is ``<temp>/<SCRATCH_PREFIX><job>-<id>``
+#: (the supervisor creates it; ``kept`` and ``reap`` find them by this prefix).
+SCRATCH_PREFIX = "sm-emulator-"
+
+
+def scratch_prefix(job_name: str) -> str:
+    """The name prefix of ``job_name``'s scratch tree (``tempfile.mkdtemp(prefix=...)``)."""
+    return f"{SCRATCH_PREFIX}{job_name[:20]}-"
 
 # -- SageMaker defaults and the job network -----------------------------------------------------
 #: The region a job reports when none is given (the SDK's examples' default).

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import os
 
-# The protocol's values (``_sm_emulator_protocol`` imports dataclasses, ~15 ms: too slow for every
-# process start); tests/inhost/test_stacks.py checks they are equal.
-ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"
-STACKS_PREFIX = "stacks-"
-STACKS_SIGNAL = 57
+# From ``_sm_emulator_names`` (``_sm_emulator_protocol`` imports dataclasses, ~15 ms: too slow for
+# every process start).
+from _sm_emulator_names import ENV_DIAG_DIR, STACKS_PREFIX, STACKS_SIGNAL
 
 _FD: list[int] = []
 

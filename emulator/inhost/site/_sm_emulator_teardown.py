@@ -1,4 +1,4 @@
-"""Exit-time teardown of emulated ``nccl``/``smddp`` process groups (issue 25).
+"""Exit-time teardown of emulated ``nccl``/``smddp`` process groups.
 
 What is emulated: on GPUs a script that never calls ``dist.destroy_process_group()`` exits
 cleanly, ProcessGroupNCCL's destructor aborting its communicators and printing, on the first rank

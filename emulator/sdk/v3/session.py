@@ -37,6 +37,7 @@ import boto3
 from sagemaker.core.helper.session_helper import Session
 
 from ...inhost import protocol as P
+from ...profiles import EXACT
 from ...request import DEFAULT_REGION
 from ..aws import ROLE_ARN, answer_identity
 from ..client import EmulatedJob, EmulatorSageMakerClient, print_warnings
@@ -72,7 +73,7 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = "auto",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None, profile: str = "exact",
+                 framework_version: str | None = None, profile: str = EXACT,
                  echo: bool = False, warnings_to: TextIO | None = None, **session_kwargs: Any) -> None:
         """``echo``: print each host's log lines to stdout with an ``[algo-N]`` prefix while a job
         runs (``python -m emulator launch`` does; the SDK's own ``logs=True`` output goes through

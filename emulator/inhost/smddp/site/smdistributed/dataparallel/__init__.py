@@ -2,8 +2,9 @@
 
 It stands for SMDDP 2.5.0 (the latest release in AWS's release notes, Oct 2024, shipped in the
 PyTorch GPU DLCs) and enforces what AWS documents for that version (see
-``torch/_emulated_backend.py`` for every check and its source; facts also in
-/work/shared/reference/sagemaker-job-lifecycle-and-smddp.md, Part B):
+``torch/_emulated_backend.py`` for every check and its source; AWS's SMDDP documentation:
+https://docs.aws.amazon.com/sagemaker/latest/dg/data-parallel.html and
+https://docs.aws.amazon.com/sagemaker/latest/dg/data-parallel-modify-sdp-pt.html):
 
 - ``smdistributed.dataparallel.torch.torch_smddp``: importing it registers the ``smddp``
   process-group backend (B2), a gloo group with SMDDP's documented and observed limits.
