@@ -515,8 +515,10 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
     be.check()
     from .preflight import check as preflight
 
-    preflight(request, be)
+    notes = preflight(request, be)  # warnings: said before anything starts
     stream = stream or sys.stdout
+    for note in notes:
+        _progress(stream if echo else sys.stderr)(f"warning: {note}")
     # Before anything of the job exists: refusals, and a framework image or wheelhouse built once.
     prepared = be.prepare(request, say=_progress(stream if echo else sys.stderr))
     job = _JobRun(request, be, stream=stream, echo=echo, stop_grace=stop_grace,
@@ -525,7 +527,7 @@ def run(request: JobRequest, *, backend: str | Backend = "process", stream: Text
                   [*([FaultObserver(faults)] if faults else []), *observers],
                   stop=stop or threading.Event(), clock=clock or SystemClock(),
                   caller_env=dict(os.environ) if caller_env is None else caller_env)
-    job.prepare_warnings = list(prepared)
+    job.prepare_warnings = [*notes, *prepared]
     return job.run()
 
 
