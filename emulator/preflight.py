@@ -118,7 +118,7 @@ def undeclared_imports(request: JobRequest) -> list[str]:
     ``requirements.txt`` provides, sorted (empty for SDK v3 container commands)."""
     if request.container_command:
         return []
-    imported = imported_modules(request.source_dir) - _local_modules(request.source_dir)
+    imported = reachable_imports(request.source_dir, request.entry_point) - _local_modules(request.source_dir)
     imported -= set(sys.stdlib_module_names) | {"__future__"}
     selection = request.framework
     imported -= frameworks.dlc_modules(selection.family if selection is not None else None)
@@ -136,6 +136,40 @@ def undeclared_warnings(request: JobRequest) -> list[str]:
     return [f"the source dir imports {module}, which {dlc} does not ship and no requirements.txt of the job names: "
             f"on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the package "
             f"that provides it to {request.source_dir}/requirements.txt" for module in undeclared_imports(request)]
+
+
+def reachable_imports(source_dir: Path, entry_point: str) -> set[str]:
+    """Top-level modules imported unconditionally by the entry point and by the source dir's own
+    modules it imports, transitively (a launcher next to ``train.py`` that the job never imports
+    is not read). An entry point that is not a ``.py`` file: every file of the source dir."""
+    entry = source_dir / entry_point
+    if entry.suffix != ".py" or not entry.is_file():
+        return imported_modules(source_dir)
+    local = _local_modules(source_dir)
+    names: set[str] = set()
+    todo, seen = [entry], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        found = _file_imports(path)
+        names |= found
+        for module in found & local:
+            target = source_dir / module
+            todo += sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")]
+    return names
+
+
+def _file_imports(path: Path) -> set[str]:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return set()
+        with _AST_LOCK:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    return _imports(tree)
 
 
 def _local_modules(source_dir: Path) -> set[str]:

@@ -335,3 +335,18 @@ def test_dlc_packages_need_no_requirements(src: Path) -> None:
         req = rq.create(entry_point="train.py", source_dir=src, output_path=src.parent / "out", job_name="dlc",
                         framework_version=version)
         assert preflight.undeclared_imports(req) == [], version
+
+
+def test_examples_declare_what_the_dlc_lacks() -> None:
+    """Every example runs on SageMaker as it is: what its entry point imports is the DLC's or in
+    its requirements.txt (bert_lightning needs transformers too)."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    checked = 0
+    for launcher in sorted(examples.glob("*/launch.py")):
+        src = launcher.parent / "code" if (launcher.parent / "code").is_dir() else launcher.parent
+        req = rq.create(entry_point="train.py", source_dir=src, output_path=src.parent / "out", job_name="ex")
+        assert preflight.undeclared_imports(req) == [], src
+        checked += 1
+    assert checked >= 5
+    bert = (examples / "bert_lightning" / "requirements.txt").read_text()
+    assert "transformers" in bert and "pytorch-lightning" in bert
