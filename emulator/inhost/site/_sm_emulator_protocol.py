@@ -36,11 +36,14 @@ ENV_FAST_START_PRELOAD = "EMULATOR_FAST_START_PRELOAD"
 ENV_SMDDP_STRICT = "EMULATOR_SMDDP_STRICT"
 #: "0": ranks do not record the collectives they issue (default: recorded; see DIAG_* below).
 ENV_COLLECTIVES = "EMULATOR_COLLECTIVES"
+#: The DLC the job stands for ("the PyTorch 2.2.0 DLC"): named by a rank's hint when an import
+#: fails with ModuleNotFoundError (``_sm_emulator_exits``).
+ENV_DLC = "EMULATOR_DLC"
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
                       ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
-                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT)
+                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (the folders below) is mounted in docker containers.
