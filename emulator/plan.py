@@ -155,6 +155,9 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
     env.update(DLC_ENV)
     env.update({**inhost_paths(runtime, request.instance_groups[0].type), "TMPDIR": "/tmp",
                 P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR, P.ENV_DLC: _dlc_label(request)})
+    selection = request.framework
+    if selection is not None and selection.family is not None:
+        env[P.ENV_DLC_TORCH] = selection.family.torch
     env.update(NO_CREDENTIALS_ENV)
     if request.forward_aws_credentials:
         for k in NO_CREDENTIALS_ENV:

@@ -281,6 +281,12 @@ class _JobRun:
         try:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
+            if python is not None:  # once per job, before any rank starts
+                from .jobenv import replacement_notes
+
+                for note in replacement_notes(python):
+                    self._say(f"warning: {note}")
+                    self.prepare_warnings.append(note)
             self._enter("Downloading")
             job_plan, spec = self._plan(python, scratch)
             self.framework = spec.options.get("framework")

@@ -39,11 +39,14 @@ ENV_COLLECTIVES = "EMULATOR_COLLECTIVES"
 #: The DLC the job stands for ("the PyTorch 2.2.0 DLC"): named by a rank's hint when an import
 #: fails with ModuleNotFoundError (``_sm_emulator_exits``).
 ENV_DLC = "EMULATOR_DLC"
+#: The DLC's torch release ("1.12.1"; unset for ``current``): a critical patch that does not fit
+#: a different installed torch names the replacement (``_sm_emulator_patches``).
+ENV_DLC_TORCH = "EMULATOR_DLC_TORCH"
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
                       ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
-                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC)
+                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC, ENV_DLC_TORCH)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (the folders below) is mounted in docker containers.
