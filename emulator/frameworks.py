@@ -22,8 +22,14 @@ AWS documents them. What is not, and is recorded as a deviation per job (:attr:`
 - Toolkits: where the DLC's exact ``sagemaker-training`` / ``sagemaker-pytorch-training`` is not
   documented (1.12 to 2.10: the DLC Dockerfiles only give ranges such as
   ``"sagemaker-pytorch-training<3"``), the emulator's pins (:data:`PINNED_TOOLKIT`) are used.
-- The DLC's other packages (torchvision, conda, awscli, smdebug, the real ``smdistributed``)
-  are not installed; the in-host package provides the ``smdistributed`` stand-in.
+- The DLC's other packages: each family records what its DLC ships (:attr:`Family.packages`,
+  pip distribution names, from the sources below). The preflight warns when the source imports a
+  top-level package neither that list nor ``requirements.txt`` provides, and a rank's
+  ``ModuleNotFoundError`` for such a package gets an ``[emulator]`` hint. What the emulator's
+  images and job environments actually install is a CPU-installable subset
+  (:data:`CPU_INSTALLABLE`); the rest (:data:`NOT_EMULATED`: horovod, smdebug, the real
+  ``smdistributed``, AWS's DeepSpeed/apex/transformer-engine builds, conda's mkl, DGL, ...) is
+  not; the in-host package provides the ``smdistributed`` stand-in.
 
 Sources (read 2026-11):
 
@@ -40,6 +46,15 @@ Sources (read 2026-11):
 - Python versions each torch release has wheels for: pytorch/pytorch ``RELEASE.md`` (release
   compatibility matrix), checked with ``pip install --dry-run --python-version`` for 1.12.1
   (no cp311), 1.13.1 (cp311), 2.0.1 (cp38), 2.13.0 (cp310, cp314).
+- The DLC's package list per family (:data:`DLC_PACKAGES_1_12`, :data:`DLC_PACKAGES_1_13`,
+  :data:`DLC_PACKAGES_2_11`): aws/deep-learning-containers
+  ``pytorch/training/docker/1.12/py3/cu116/Dockerfile.gpu`` (its ``sagemaker`` stage: the
+  ``pip install`` and ``conda install`` lines); ``pytorch/training/docker/1.13/py3/cu117/
+  Dockerfile.sagemaker.gpu.core_packages.json`` and ``pytorch/training/docker/2.5/py3/cu124/
+  Dockerfile.sagemaker.gpu.core_packages.json`` (the same list shape; the 1.13 list is used for
+  1.13 to 2.10, checked against 2.5 only); ``docker/pytorch/2.13/cpu/pyproject.toml`` (commit
+  e0ecedea6a; ``dependencies`` plus the ``sagemaker`` extra) for 2.11 to 2.13. No PyTorch DLC
+  lists Lightning or transformers.
 - Which nvidia wheels ``import torch`` needs: measured; torch 2.1.2 installed with ``--no-deps``
   fails with ``ValueError: libcublas.so.*[0-9] not found in the system path``, and its
   ``libtorch_global_deps.so`` links cufft, curand, cublas, cudart and nvToolsExt.
@@ -70,6 +85,97 @@ NO_WHEEL = ("0.4.0", "1.0.0", "1.1.0", "1.2.0", "1.3.1", "1.4.0", "1.5.0", "1.6.
             "1.8.0", "1.8.1", "1.9.0", "1.9.1", "1.10.0", "1.10.2", "1.11.0")
 
 
+#: What the torch 1.12 DLC installs besides torch (pip distribution names), from
+#: aws/deep-learning-containers ``pytorch/training/docker/1.12/py3/cu116/Dockerfile.gpu``
+#: (``sagemaker`` stage and the ``common`` stage it builds on; conda packages included).
+DLC_PACKAGES_1_12 = (
+    "torchvision", "torchaudio", "torchdata", "torchnet", "scikit-learn", "pandas", "opencv-python",
+    "seaborn", "plotly", "shap", "numba", "bokeh", "imageio", "sagemaker", "sagemaker-experiments",
+    "smclarify", "sagemaker-training", "sagemaker-pytorch-training", "smdebug", "horovod", "deepspeed",
+    "smdistributed-dataparallel", "smdistributed-modelparallel", "awsio", "apex", "dgl", "mpi4py",
+    "awscli", "boto3", "click", "cmake", "cryptography", "ipython", "packaging", "pillow", "psutil",
+    "pybind11", "pyyaml", "cython", "mkl", "h5py", "requests", "future", "pyopenssl",
+)
+#: 1.13 to 2.10: aws/deep-learning-containers
+#: ``pytorch/training/docker/1.13/py3/cu117/Dockerfile.sagemaker.gpu.core_packages.json`` and
+#: ``pytorch/training/docker/2.5/py3/cu124/Dockerfile.sagemaker.gpu.core_packages.json``
+#: (plus the toolkits, smdebug and smdistributed the Dockerfiles of those folders install).
+DLC_PACKAGES_1_13 = (
+    "torchvision", "torchaudio", "torchdata", "torchtext", "torchtnt", "triton", "accelerate",
+    "fastai", "flash-attn", "deepspeed", "transformer-engine", "s3torchconnector", "scikit-learn",
+    "pandas", "opencv-python", "seaborn", "plotly", "shap", "numba", "bokeh", "imageio", "scipy",
+    "numpy", "sagemaker", "sagemaker-experiments", "smclarify", "sagemaker-training",
+    "sagemaker-pytorch-training", "smdebug", "smdistributed-dataparallel", "smdistributed-modelparallel",
+    "mpi4py", "awscli", "boto3", "click", "cmake", "cryptography", "psutil", "pyyaml", "requests",
+    "tqdm", "idna", "urllib3", "pyopenssl", "attrs", "importlib-metadata", "jinja2", "cloudpickle",
+    "tornado", "protobuf", "setuptools", "packaging", "pillow",
+)
+#: 2.11 on: aws/deep-learning-containers ``docker/pytorch/2.13/cpu/pyproject.toml`` (commit
+#: e0ecedea6a; ``dependencies`` and the ``sagemaker`` extra; 2.11 and 2.12 list the same).
+DLC_PACKAGES_2_11 = (
+    "torchvision", "torchaudio", "deepspeed", "fastai", "boto3", "botocore", "pyyaml", "requests",
+    "packaging", "urllib3", "python-multipart", "starlette", "gitpython", "mako", "mpi4py", "scipy",
+    "scikit-learn", "opencv-python", "msgpack", "soupsieve", "click", "pillow", "smclarify", "sagemaker",
+    "sagemaker-pytorch-training", "sagemaker-training", "mlflow", "bokeh", "imageio", "numba", "pandas",
+    "plotly", "shap", "seaborn", "cloudpickle", "s3fs", "aiohttp", "tornado", "cryptography", "pyasn1",
+    "numpy",
+)
+#: The DLC packages the emulator can install on the CPU from PyPI (wheels, no GPU build).
+CPU_INSTALLABLE = frozenset({
+    "torchvision", "torchaudio", "torchdata", "scikit-learn", "pandas", "opencv-python", "seaborn",
+    "plotly", "shap", "numba", "bokeh", "imageio", "scipy", "numpy", "mpi4py", "boto3", "botocore",
+    "pyyaml", "requests", "pillow", "psutil", "packaging", "click", "tqdm", "cloudpickle", "protobuf",
+    "sagemaker-training", "sagemaker-pytorch-training",
+})
+#: DLC packages the emulator never installs, and why (README "What is and is not emulated").
+NOT_EMULATED = {
+    "horovod": "built from source against the DLC's CUDA torch and NCCL",
+    "smdebug": "built from source (awslabs/sagemaker-debugger) in the DLC",
+    "smdistributed-dataparallel": "AWS binary for CUDA; the in-host stand-in replaces it",
+    "smdistributed-modelparallel": "AWS binary for CUDA",
+    "deepspeed": "AWS's ZeRO-2D build (1.12) / CUDA ops",
+    "apex": "built with CUDA extensions", "flash-attn": "CUDA only", "transformer-engine": "CUDA only",
+    "triton": "CUDA only", "awsio": "AWS binary", "dgl": "conda CUDA build", "mkl": "conda package",
+}
+#: Import name of a distribution where it differs from the name (``-`` -> ``_`` otherwise).
+IMPORT_NAMES = {
+    "scikit-learn": "sklearn", "opencv-python": "cv2", "opencv-python-headless": "cv2", "pyyaml": "yaml",
+    "pillow": "PIL", "sagemaker-pytorch-training": "sagemaker_pytorch_container", "gitpython": "git",
+    "python-multipart": "multipart", "pyopenssl": "OpenSSL", "importlib-metadata": "importlib_metadata",
+    "attrs": "attr", "protobuf": "google", "ipython": "IPython", "mako": "mako", "msgpack": "msgpack",
+    "pyasn1": "pyasn1", "awscli": "awscli", "smdistributed-dataparallel": "smdistributed",
+    "smdistributed-modelparallel": "smdistributed", "pytorch-lightning": "pytorch_lightning",
+    "lightning": "lightning", "scikit-image": "skimage", "beautifulsoup4": "bs4",
+}
+
+
+def import_name(distribution: str) -> str:
+    """The top-level module a pip distribution provides (a table of known ones, else ``-`` -> ``_``)."""
+    dist = re.sub(r"[-_.]+", "-", distribution).lower()
+    return IMPORT_NAMES.get(dist, dist.replace("-", "_"))
+
+
+#: Modules every DLC has through the dependencies of its listed packages and torch (torch's own
+#: requirements, pandas/scikit-learn/seaborn/boto3's); not exhaustive.
+DLC_DEPENDENCY_MODULES = frozenset({
+    "torch", "torchgen", "functorch", "numpy", "scipy", "matplotlib", "joblib", "threadpoolctl", "pytz",
+    "dateutil", "tzdata", "PIL", "tqdm", "requests", "urllib3", "certifi", "charset_normalizer", "idna",
+    "yaml", "six", "boto3", "botocore", "s3transfer", "jmespath", "typing_extensions", "filelock",
+    "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "packaging", "psutil", "google",
+    "sagemaker_training", "sagemaker_pytorch_container", "mpi4py", "setuptools", "pkg_resources",
+    "_distutils_hack", "pip", "wheel", "llvmlite", "cloudpickle", "slicer", "kiwisolver",
+    "pyparsing", "cycler", "fontTools", "contourpy", "attr", "click", "gevent", "greenlet",
+    "werkzeug", "paramiko", "inotify_simple", "retrying", "smdistributed",
+})
+
+
+def dlc_modules(fam: Family | None) -> frozenset[str]:
+    """Top-level modules a job on ``fam``'s DLC imports without a ``requirements.txt`` (None:
+    ``current``, the newest DLC's list)."""
+    packages = fam.packages if fam is not None else DLC_PACKAGES_2_11
+    return frozenset(import_name(d) for d in packages) | DLC_DEPENDENCY_MODULES
+
+
 @dataclass(frozen=True)
 class Family:
     """One DLC family (a torch minor version) and what its emulator image holds."""
@@ -85,6 +191,8 @@ class Family:
     toolkit_source: str | None = None  #: where AWS documents the DLC's toolkits (None: pinned)
     #: Extra pins the family needs (e.g. numpy 1.x for torch built against it).
     constraints: tuple[str, ...] = ()
+    #: What the DLC ships besides torch (pip distribution names; see the module docstring).
+    packages: tuple[str, ...] = DLC_PACKAGES_1_13
     #: The pytorch-lightning release the emulator tests this family with. No PyTorch DLC ships
     #: Lightning: jobs install it through requirements.txt, as on SageMaker.
     lightning: str | None = None
@@ -123,7 +231,8 @@ _LOCKED = "aws/deep-learning-containers docker/pytorch/{v}/cpu/uv.lock"
 _OLD_PIP = "pip<24.1"
 FAMILIES: tuple[Family, ...] = (
     Family("1.12", ("1.12.0", "1.12.1"), ("py38",), "1.12.1", "torch==1.12.1", "3.9",
-           ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3"),
+           ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3",
+           packages=DLC_PACKAGES_1_12),
     Family("1.13", ("1.13.1",), ("py39",), "1.13.1", "torch==1.13.1", "3.9", ("3.7", "3.11"),
            constraints=("numpy<2", _OLD_PIP), lightning="1.9.5"),
     Family("2.0", ("2.0.0", "2.0.1"), ("py310",), "2.0.1", "torch==2.0.1", "3.11", ("3.8", "3.11"),
@@ -141,13 +250,16 @@ FAMILIES: tuple[Family, ...] = (
     Family("2.9", ("2.9.0",), ("py312",), "2.9.0", "torch==2.9.0", "3.13", ("3.10", "3.14")),
     Family("2.10", ("2.10.0",), ("py313",), "2.10.0", "torch==2.10.0", "3.13", ("3.10", "3.14")),
     Family("2.11", ("2.11.0",), ("py312",), "2.11.0", "torch==2.11.0", "3.13", ("3.10", "3.14"),
-           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.11")),
+           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.11"),
+           packages=DLC_PACKAGES_2_11),
     Family("2.12", ("2.12.1",), ("py312",), "2.12.1", "torch==2.12.1", "3.13", ("3.10", "3.14"),
-           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.12")),
+           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.12"),
+           packages=DLC_PACKAGES_2_11),
     # The CPU build on this machine's disk is cp311 only; PyPI has only CUDA builds.
     Family("2.13", ("2.13.0",), ("py312",), "2.13.0", "torch==2.13.0+cpu", "3.11",
            ("3.10", "3.14"), toolkit=("5.1.1", "3.0.0"),
-           toolkit_source=_LOCKED.format(v="2.13"), lightning="2.6.6", cuda_wheels=False),
+           toolkit_source=_LOCKED.format(v="2.13"), packages=DLC_PACKAGES_2_11, lightning="2.6.6",
+           cuda_wheels=False),
 )
 _BY_NAME = {f.name: f for f in FAMILIES}
 _BY_VERSION = {v: f for f in FAMILIES for v in f.dlc_versions}
@@ -394,5 +506,5 @@ def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
              "lightning tested": f.lightning or "-"} for f in families]
 
 
-__all__ = ["CURRENT", "FAMILIES", "Family", "Selection", "family", "is_dlc_image", "parse_dlc_image",
-           "process_refusal", "record", "select", "table"]
+__all__ = ["CURRENT", "FAMILIES", "Family", "Selection", "dlc_modules", "family", "import_name", "is_dlc_image",
+           "parse_dlc_image", "process_refusal", "record", "select", "table"]

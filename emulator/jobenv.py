@@ -13,13 +13,21 @@ requirements fail, the job still runs, in a fresh throwaway venv, so the toolkit
 fails inside the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch
 cannot be installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would
 have had it).
+
+When the requirements replace a package the DLC pins (torch, numpy, torchvision, ...: the family's
+requirement, constraints and :attr:`~emulator.frameworks.Family.packages`), pip does so on
+SageMaker too (its ``pip install -r`` runs in the DLC). The environment records each replacement
+(package, both versions, the requirement that pulled it, from pip's ``Collecting X (from Y)``
+lines) and :func:`replacement_notes` says it once per job before the ranks start.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -148,6 +156,102 @@ def _pip(python: Path, args: list[str], log: Path, cwd: Path, env: Mapping[str, 
                               check=False, env=None if env is None else dict(env)).returncode
 
 
+#: Where a job environment records what its requirements replaced (a JSON list).
+REPLACED = ".sagemaker-emulator-replaced.json"
+#: Packages watched when no family is named (``current``): what every DLC pins.
+_ALWAYS_WATCHED = ("torch", "numpy", "torchvision", "torchaudio", "sagemaker-training", "sagemaker-pytorch-training",
+                   "mpi4py")
+
+
+def _dist_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else ""
+
+
+def watched(framework: tuple[str, ...]) -> tuple[str, ...]:
+    """Distributions whose replacement by the requirements is reported: the DLC's pins."""
+    from . import frameworks
+
+    names = [*_ALWAYS_WATCHED, *(_dist_name(r) for r in framework)]
+    for fam in frameworks.FAMILIES:
+        if framework and fam.requirement == framework[0]:
+            names += fam.packages
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def _versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
+    code = ("import json, sys\nfrom importlib import metadata\nout = {}\nfor n in sys.argv[1:]:\n"
+            "    try:\n        out[n] = metadata.version(n)\n    except metadata.PackageNotFoundError:\n"
+            "        pass\nprint(json.dumps(out))\n")
+    done = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True, check=False,
+                          timeout=120)
+    try:
+        result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    return result
+
+
+def replacements(before: Mapping[str, str], after: Mapping[str, str], pip_output: str) -> list[dict[str, str]]:
+    """What changed between ``before`` and ``after`` (``{distribution: version}``), each with the
+    requirement that pulled it: the ``from`` chain of pip's ``Collecting <name>... (from <chain>)``
+    line (pip prints it for every requirement it resolves), else ``requirements.txt``."""
+    out = []
+    for name, old in before.items():
+        new = after.get(name)
+        if new is None or _release(new) == _release(old):
+            continue
+        pulled = "requirements.txt"
+        for line in pip_output.splitlines():
+            # "Collecting torch>=2 (from ...)"; a local file: "Processing ./torch-2.8.0-....whl (from ...)"
+            match = re.match(r"\s*(?:Collecting|Processing)\s+(\S+).*?\(from (.+)\)\s*$", line)
+            if match and _dist_name(_requirement_of(match.group(1))) == name:
+                pulled = match.group(2)
+                break
+        out.append({"package": name, "before": old, "after": new, "pulled_by": pulled})
+    return out
+
+
+def _requirement_of(token: str) -> str:
+    """A requirement as pip logs it, or the distribution name of a wheel/sdist path it processes."""
+    base = token.rsplit("/", 1)[-1]
+    if base.endswith((".whl", ".tar.gz", ".zip")):
+        match = re.match(r"(.+?)-\d", base)
+        return match.group(1) if match else base
+    return token
+
+
+def _release(version: str) -> str:
+    return version.split("+")[0]
+
+
+def replacement_notes(python: str) -> list[str]:
+    """What the job environment of ``python`` replaced of the DLC's packages, for people (empty
+    for this interpreter or nothing replaced)."""
+    path = Path(python).parent.parent / REPLACED
+    try:
+        items = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    notes = []
+    for item in items:
+        what = "upgraded" if _newer(item["after"], item["before"]) else "downgraded"
+        meaning = (" On SageMaker the same pip step does the same in the DLC: SMDDP, the DLC's CUDA/NCCL build and "
+                   f"its other packages were built for torch {item['before']}, so the job runs on a torch the DLC was "
+                   "not made for; pin what pulled it to keep the DLC's torch." if item["package"] == "torch" else
+                   " On SageMaker the same pip step does the same in the DLC; packages built against "
+                   f"{item['package']} {item['before']} may not work with it.")
+        notes.append(f"requirements.txt {what} the DLC's {item['package']} {item['before']} to {item['after']} "
+                     f"(pulled by {item['pulled_by']}).{meaning}")
+    return notes
+
+
+def _newer(a: str, b: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", _release(v))[:4])
+    return key(a) > key(b)
+
+
 def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | None = None,
             env: Mapping[str, str] | None = None, framework: tuple[str, ...] = ()) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
@@ -175,7 +279,16 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             shutil.rmtree(venv, ignore_errors=True)
             raise BackendUnavailable(f"could not install {' '.join(framework)} into the job environment "
                                      f"(the DLC's torch); pip's output: {log}")
+        names = watched(framework)
+        before = _versions(python, names) if req is not None else {}
+        start = log.stat().st_size if log.exists() else 0
         if req is None or _pip(python, ["-r", str(req)], log, cwd, env) == 0:
+            if req is not None:
+                with open(log, "rb") as out:
+                    out.seek(start)
+                    output = out.read().decode(errors="replace")
+                changed = replacements(before, _versions(python, names), output)
+                (venv / REPLACED).write_text(json.dumps(changed))
             (venv / ".ready").touch()
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)

@@ -4,24 +4,26 @@
 
 - :class:`~emulator.errors.RequestError` for a ``CheckpointConfig.LocalPath`` the backend cannot
   give the hosts (see :func:`checkpoint_path`);
-- :class:`MissingPackage` when the job's Python lacks a package the job needs (process backend,
-  where hosts run this machine's interpreter or a job environment layered on it; see
-  :func:`missing_packages`).
+- :class:`MissingPackage` when the emulator's own Python lacks ``mpi4py`` for an MPI-family job
+  (process backend): the toolkit starts every rank as ``python -m mpi4py <entry point>``, and
+  every PyTorch DLC ships mpi4py, so this is the emulator's installation, not the job's (the
+  message never advises installing into the caller's Python for the job's sake: it names the
+  emulator's ``mpi`` extra and the docker backend).
 
-What the package check catches and what it does not:
+and returns warnings (printed before start, kept in ``job.json``):
 
-- ``mpi4py`` for the MPI family (``mpi``, ``smdistributed``, ``pytorchddp``): the toolkit starts
-  every rank as ``python -m mpi4py <entry point>``, so without it every rank fails with
-  ``No module named mpi4py``. The PyTorch DLCs ship it; your Python may not.
-- Lightning (``lightning``, ``pytorch_lightning``, ``lightning_fabric``) when a ``.py`` file of
-  the source dir imports it unconditionally. Found by reading the files (``ast``, nothing is run):
-  imports inside a ``try`` that handles ``ImportError``/``ModuleNotFoundError``/``Exception`` are
-  optional and not counted. Not caught: imports made through ``importlib``/``__import__``, by
-  installed packages, or in files outside the source dir. No PyTorch DLC ships Lightning: on
-  SageMaker the job lists it in ``requirements.txt``, and here a ``requirements.txt`` that names
-  it satisfies the check too (the job environment installs it).
-- Not checked: the docker backend (its image brings its own Python) and SDK v3 jobs (the request's
-  container command runs, not the toolkit's runners).
+- :func:`undeclared_imports`: top-level packages a ``.py`` file of the source dir imports
+  unconditionally that neither the framework family's DLC ships
+  (:func:`emulator.frameworks.dlc_modules`) nor the job's ``requirements.txt`` names. On SageMaker
+  such a job dies at the import (``ModuleNotFoundError``); e.g. Lightning, which no PyTorch DLC
+  ships. Found by reading the files (``ast``, nothing is run): imports inside a ``try`` that
+  handles ``ImportError``/``ModuleNotFoundError``/``Exception`` are optional and not counted;
+  modules of the source dir itself and the standard library are not counted. Not caught:
+  imports made through ``importlib``/``__import__``, by installed packages, or in files outside
+  the source dir; a requirement whose import name differs from its distribution name and is not
+  in :data:`emulator.frameworks.IMPORT_NAMES` counts only through this machine's metadata of it.
+- Not checked: SDK v3 jobs with a container command (the request's command runs, not the
+  toolkit's runners).
 """
 
 from __future__ import annotations
@@ -35,22 +37,15 @@ import sys
 import threading
 from pathlib import Path
 
+from . import frameworks
 from .backends.base import Backend
 from .distribution import runner_for
 from .errors import BackendUnavailable, RequestError
 from .inhost import protocol as P
 from .request import JobRequest
 
-#: Lightning's import names (the package ``pytorch-lightning`` brings the first and the last).
-LIGHTNING_MODULES = ("pytorch_lightning", "lightning", "lightning_fabric")
-#: The pip distribution that provides each module, for the install command.
-DISTRIBUTIONS = {"mpi4py": "mpi4py", "pytorch_lightning": "pytorch-lightning", "lightning": "lightning",
-                 "lightning_fabric": "pytorch-lightning"}
-#: Any of these in the job's requirements.txt counts for any Lightning module (the host fails as on
-#: SageMaker if it was the wrong one).
-LIGHTNING_DISTRIBUTIONS = frozenset({"pytorch-lightning", "lightning", "lightning-fabric"})
-#: What the PyTorch DLCs ship (what a SageMaker job finds without a requirements.txt).
-IN_DLC = frozenset({"mpi4py"})
+#: The emulator's extra that brings mpi4py (pyproject.toml ``[project.optional-dependencies]``).
+MPI_EXTRA = "sagemaker-emulator[mpi]"
 #: The source files read for imports (a source dir with more is read up to these limits).
 MAX_FILES = 500
 MAX_FILE_BYTES = 1 << 20
@@ -62,17 +57,18 @@ _OPTIONAL_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "B
 
 
 class MissingPackage(BackendUnavailable):
-    """The job's Python lacks a package the job needs (see the module docstring)."""
+    """The emulator's Python lacks a package every DLC has (see the module docstring)."""
 
 
-def check(request: JobRequest, backend: Backend) -> None:
-    """Every pre-start check for ``request`` on ``backend`` (reads only)."""
+def check(request: JobRequest, backend: Backend) -> list[str]:
+    """Every pre-start check for ``request`` on ``backend`` (reads only); returns warnings."""
     checkpoint_path(request, backend)
     python = backend.job_python(request)
     if python is not None:
         missing = missing_packages(request, python)
         if missing:
             raise MissingPackage(describe_missing(missing, python))
+    return undeclared_warnings(request)
 
 
 # -- checkpoint path ------------------------------------------------------------------------------
@@ -107,23 +103,121 @@ def checkpoint_path(request: JobRequest, backend: Backend) -> None:
 
 # -- packages in the job's Python -----------------------------------------------------------------
 def missing_packages(request: JobRequest, python: str) -> list[str]:
-    """The modules the job needs that ``python`` (the job's interpreter) cannot import, in the
-    order :data:`DISTRIBUTIONS` lists them (empty for SDK v3 container commands)."""
+    """``["mpi4py"]`` when the job is of the MPI family and ``python`` (the job's interpreter, or
+    this one while its job environment is not built) cannot import it; else empty."""
+    if request.container_command or runner_for(request.hyperparameters) not in ("mpi", "smdataparallel"):
+        return []
+    if "mpi4py" in _requirements_names(request):
+        return []
+    interpreter = python if Path(python).exists() else sys.executable
+    return [] if importable(interpreter, ["mpi4py"]).get("mpi4py", False) else ["mpi4py"]
+
+
+def undeclared_imports(request: JobRequest) -> list[str]:
+    """Top-level modules the source dir imports that neither its framework family's DLC nor its
+    ``requirements.txt`` provides, sorted (empty for SDK v3 container commands)."""
     if request.container_command:
         return []
-    needed = []
-    if runner_for(request.hyperparameters) in ("mpi", "smdataparallel"):
-        needed.append("mpi4py")
-    imported = imported_modules(request.source_dir)
-    needed += [m for m in LIGHTNING_MODULES if m in imported]
-    if not needed:
+    imported = reachable_imports(request.source_dir, request.entry_point) - _local_modules(request.source_dir)
+    imported -= set(sys.stdlib_module_names) | {"__future__"}
+    selection = request.framework
+    imported -= frameworks.dlc_modules(selection.family if selection is not None else None)
+    if not imported:
         return []
-    requirements = _requirements_names(request)
-    needed = [m for m in needed if _normalise(DISTRIBUTIONS[m]) not in requirements
-              and not (m in LIGHTNING_MODULES and requirements & LIGHTNING_DISTRIBUTIONS)]
-    interpreter = python if Path(python).exists() else sys.executable  # a job env not built yet layers on this
-    found = importable(interpreter, needed) if needed else {}
-    return [m for m in needed if not found.get(m, False)]
+    provided = _provided_by_requirements(_requirements_names(request))
+    return sorted(m for m in imported if m not in provided)
+
+
+def undeclared_warnings(request: JobRequest) -> list[str]:
+    """:func:`undeclared_imports` as warnings for people."""
+    selection = request.framework
+    dlc = (f"the PyTorch {selection.dlc_version} DLC" if selection is not None and selection.family is not None
+           else "the PyTorch DLC")
+    return [f"the source dir imports {module}, which {dlc} does not ship and no requirements.txt of the job names: "
+            f"on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the package "
+            f"that provides it to {request.source_dir}/requirements.txt" for module in undeclared_imports(request)]
+
+
+def reachable_imports(source_dir: Path, entry_point: str) -> set[str]:
+    """Top-level modules imported unconditionally by the entry point and by the source dir's own
+    modules it imports, transitively (a launcher next to ``train.py`` that the job never imports
+    is not read). An entry point that is not a ``.py`` file: every file of the source dir."""
+    entry = source_dir / entry_point
+    if entry.suffix != ".py" or not entry.is_file():
+        return imported_modules(source_dir)
+    local = _local_modules(source_dir)
+    names: set[str] = set()
+    todo, seen = [entry], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        found = _file_imports(path)
+        names |= found
+        for module in found & local:
+            target = source_dir / module
+            todo += sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")]
+    return names
+
+
+def _file_imports(path: Path) -> set[str]:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return set()
+        with _AST_LOCK:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    return _imports(tree)
+
+
+def _local_modules(source_dir: Path) -> set[str]:
+    """Modules and packages of the source dir itself (importable from the working directory)."""
+    if not source_dir.is_dir():
+        return set()
+    return {p.stem if p.suffix == ".py" else p.name for p in source_dir.iterdir()
+            if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("."))}
+
+
+def _provided_by_requirements(names: set[str]) -> set[str]:
+    """Import names the requirements bring: each one's own, and those of its dependencies as this
+    machine's installed metadata lists them (best effort: a requirement not installed here counts
+    for its own import name only)."""
+    from importlib import metadata
+
+    provided = {frameworks.import_name(n) for n in names}
+    seen: set[str] = set()
+    todo = list(names)
+    by_dist = _top_levels()
+    while todo:
+        name = _normalise(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        provided |= by_dist.get(name, set())
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if "extra ==" in req:
+                continue
+            match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if match:
+                todo.append(match.group(1))
+    return provided
+
+
+def _top_levels() -> dict[str, set[str]]:
+    """``{normalised distribution: its top-level modules}`` of this machine's installed packages."""
+    from importlib import metadata
+
+    out: dict[str, set[str]] = {}
+    for module, dists in metadata.packages_distributions().items():
+        for dist in dists:
+            out.setdefault(_normalise(dist), set()).add(module)
+    return out
 
 
 def importable(python: str, modules: list[str]) -> dict[str, bool]:
@@ -208,17 +302,10 @@ def _requirements_names(request: JobRequest) -> set[str]:
 
 
 def describe_missing(modules: list[str], python: str) -> str:
-    """The message for :class:`MissingPackage`: which package, how to install it, where DLCs stand."""
-    parts = []
-    for module in modules:
-        dist = DISTRIBUTIONS[module]
-        if module in IN_DLC:
-            why = ("the toolkit starts every rank of an MPI-family job (mpi, smdistributed, pytorchddp) as "
-                   f"`python -m mpi4py`; SageMaker's PyTorch DLCs ship {dist}, your Python does not")
-        else:
-            why = (f"a file of the source dir imports {module}; no PyTorch DLC ships Lightning (on SageMaker list "
-                   f"{dist} in the source dir's requirements.txt, which also works here)")
-        parts.append(f"{module} is not installed in the job's Python ({python}): {why}. Install it with "
-                     f"`{python} -m pip install {dist}`" + (" (it needs Open MPI: apt-get install libopenmpi-dev)"
-                                                            if module == "mpi4py" else ""))
-    return "; ".join(parts)
+    """The message for :class:`MissingPackage` (only ``mpi4py`` today)."""
+    return "; ".join(
+        f"{module} is not installed in the emulator's Python ({python}): the toolkit starts every rank of an "
+        f"MPI-family job (mpi, smdistributed, pytorchddp) as `python -m {module}`, and SageMaker's PyTorch DLCs ship "
+        f"{module}. It is part of the DLC the emulator stands in for, not of your job: install the emulator with its "
+        f"mpi extra (`pip install '{MPI_EXTRA}'`, which needs Open MPI: apt-get install libopenmpi-dev) or run the job "
+        "with --backend docker, whose images have it" for module in modules)

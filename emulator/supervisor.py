@@ -285,6 +285,12 @@ class _JobRun:
         try:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
+            if python is not None:  # once per job, before any rank starts
+                from .jobenv import replacement_notes
+
+                for note in replacement_notes(python):
+                    self._say(f"warning: {note}")
+                    self.prepare_warnings.append(note)
             self._enter("Downloading")
             job_plan, spec = self._plan(python, scratch)
             self.framework = spec.options.get("framework")
@@ -525,8 +531,10 @@ def run(request: JobRequest, *, backend: str | Backend = DEFAULT_BACKEND, stream
     be.check()
     from .preflight import check as preflight
 
-    preflight(request, be)
+    notes = preflight(request, be)  # warnings: said before anything starts
     stream = stream or sys.stdout
+    for note in notes:
+        _progress(stream if echo else sys.stderr)(f"warning: {note}")
     # Before anything of the job exists: refusals, and a framework image or wheelhouse built once.
     prepared = be.prepare(request, say=_progress(stream if echo else sys.stderr))
     job = _JobRun(request, be, stream=stream, echo=echo, stop_grace=stop_grace,
@@ -535,7 +543,7 @@ def run(request: JobRequest, *, backend: str | Backend = DEFAULT_BACKEND, stream
                   [*([FaultObserver(faults)] if faults else []), *observers],
                   stop=stop or threading.Event(), clock=clock or SystemClock(),
                   caller_env=dict(os.environ) if caller_env is None else caller_env)
-    job.prepare_warnings = list(prepared)
+    job.prepare_warnings = [*notes, *prepared]
     return job.run()
 
 

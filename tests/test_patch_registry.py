@@ -19,6 +19,7 @@ import ast
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -187,6 +188,26 @@ def test_critical_target_with_a_renamed_parameter_stops_the_process(capsys: pyte
     assert "this process stops" in err and "torch 2.13.0" in err
     with pytest.raises(registry.PatchMismatch, match="not found"):  # gone altogether
         registry.wrap("smddp-limits", _module("torch.distributed.distributed_c10d"), "reduce", lambda o: o)
+
+
+def test_a_critical_mismatch_on_a_replaced_torch_names_the_replacement(capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's requirements.txt replaced the DLC's torch (EMULATOR_DLC_TORCH) with this one: the
+    stop names that change, not only the patch internals."""
+    def all_reduce(tensor: Any, operation: Any = None, group: Any = None, async_op: bool = False) -> None:
+        return None
+
+    monkeypatch.setenv("EMULATOR_DLC_TORCH", "1.12.1")
+    installed = importlib.metadata.version("torch")
+    c10d = _module("torch.distributed.distributed_c10d", all_reduce=all_reduce)
+    expected = re.escape(f"torch {installed} runs instead of the DLC's torch 1.12.1")
+    with pytest.raises(registry.TorchReplaced, match=expected):
+        registry.wrap("smddp-limits", c10d, "all_reduce", lambda original: original)
+    assert "requirements.txt replaced it" in capsys.readouterr().err
+    monkeypatch.setenv("EMULATOR_DLC_TORCH", installed)  # the DLC's own torch: the internal mismatch as before
+    with pytest.raises(registry.PatchMismatch) as caught:
+        registry.wrap("smddp-limits", c10d, "all_reduce", lambda original: original)
+    assert not isinstance(caught.value, registry.TorchReplaced)
 
 
 def test_non_critical_problems_are_logged_and_wraps_skipped(capsys: pytest.CaptureFixture[str]) -> None:

@@ -68,3 +68,27 @@ def test_sys_exit_and_success_record_nothing(run_script: Runner, tmp_path: Path)
     diag.mkdir()
     assert run_script("import sys\nsys.exit(0)\n", EMULATOR_DIAG_DIR=str(diag)).returncode == 0
     assert quiet.load(diag) == []
+
+
+def test_a_module_the_dlc_lacks_fails_as_on_sagemaker_with_one_hint(run_script: Runner, tmp_path: Path) -> None:
+    """``import lightning`` without it installed: the rank dies with ModuleNotFoundError (what
+    SageMaker's DLCs do: none ships Lightning), and one ``[emulator]`` line names the module, the
+    DLC and the requirements.txt fix."""
+    diag = tmp_path / "diag"
+    diag.mkdir()
+    result = run_script("import sm_emulator_no_such_package.sub\n", EMULATOR_DIAG_DIR=str(diag),
+                        EMULATOR_DLC="the PyTorch 2.2.0 DLC", RANK="3")
+    assert result.returncode == 1
+    assert "ModuleNotFoundError: No module named 'sm_emulator_no_such_package'" in result.stderr
+    hints = [line for line in result.stderr.splitlines() if line.startswith("[emulator] rank 3: No module named")]
+    assert len(hints) == 1, result.stderr
+    assert "the PyTorch 2.2.0 DLC does not ship it" in hints[0] and "requirements.txt" in hints[0]
+    assert "pip install" not in hints[0]
+
+
+def test_other_failures_get_no_package_hint(run_script: Runner, tmp_path: Path) -> None:
+    diag = tmp_path / "diag"
+    diag.mkdir()
+    result = run_script("import os.no_such_submodule\n", EMULATOR_DIAG_DIR=str(diag))
+    assert result.returncode == 1 and "ModuleNotFoundError" in result.stderr
+    assert "does not ship it" not in result.stderr  # os is there; a missing submodule is not a package-set matter

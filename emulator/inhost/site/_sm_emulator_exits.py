@@ -31,7 +31,7 @@ import os
 import sys
 
 # From ``_sm_emulator_names`` (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms).
-from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, EXIT_PREFIX
+from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, ENV_DLC, EXIT_PREFIX
 
 _COUNT = [0]
 _ENDED: list[object] = []  # the open file faulthandler writes to (kept open until the process ends)
@@ -75,10 +75,36 @@ def record(kind: str, exc: BaseException | None = None, tb: object = None, **ext
         pass
 
 
+
+
+def missing_module_hint(exc: BaseException) -> str | None:
+    """The ``[emulator]`` line for a ``ModuleNotFoundError`` that ends a rank: the top-level
+    package is neither the DLC's nor installed from the job's ``requirements.txt``, as on
+    SageMaker (the process fails there the same way). None for anything else."""
+    name = getattr(exc, "name", None)
+    if not isinstance(exc, ModuleNotFoundError) or not name:
+        return None
+    top = name.split(".")[0]
+    if top in sys.modules and top != name:  # a submodule of an installed package: not a package set matter
+        return None
+    dlc = os.environ.get(ENV_DLC) or "the PyTorch DLC"
+    return (f"No module named {top!r}: {dlc} does not ship it, and the job's requirements.txt did not install "
+            f"it. On SageMaker this job fails here too: list the package that provides {top!r} in "
+            "requirements.txt next to the entry point (the toolkit installs it before the script starts).")
+
+
 def _excepthook(original: object) -> object:
     def hook(exc_type: object, exc: BaseException, tb: object) -> None:
         record("uncaught", exc, tb)
         original(exc_type, exc, tb)
+        hint = missing_module_hint(exc)
+        if hint is not None:
+            try:
+                from _sm_emulator_log import log
+
+                log(hint)
+            except Exception:
+                pass
 
     hook._sm_emulator_exits = True  # type: ignore[attr-defined]
     return hook

@@ -49,3 +49,9 @@ ENDED_PREFIX = "ended-"
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
 #: that wrote a stacks file (see ``emulator.stacks``).
 STACKS_SIGNAL = 57
+#: The DLC the job stands for ("the PyTorch 2.2.0 DLC"): named by a rank's hint when an import
+#: fails with ModuleNotFoundError (``_sm_emulator_exits``).
+ENV_DLC = "EMULATOR_DLC"
+#: The DLC's torch release ("1.12.1"; unset for ``current``): a critical patch that does not fit
+#: a different installed torch names the replacement (``_sm_emulator_patches``).
+ENV_DLC_TORCH = "EMULATOR_DLC_TORCH"

@@ -62,6 +62,29 @@ class PatchMismatch(ImportError):
     """A critical patch's target is missing or its parameters changed (see the module docstring)."""
 
 
+class TorchReplaced(PatchMismatch):
+    """A critical patch does not fit because the job's ``requirements.txt`` replaced the DLC's
+    torch (``EMULATOR_DLC_TORCH``) with another release: the message names both."""
+
+
+def torch_replacement() -> tuple[str, str] | None:
+    """``(the DLC's torch, the installed torch)`` when they are different releases, else None."""
+    try:
+        from _sm_emulator_names import ENV_DLC_TORCH
+    except ImportError:  # the emulator's side
+        from ._sm_emulator_names import ENV_DLC_TORCH
+    dlc = os.environ.get(ENV_DLC_TORCH)
+    if not dlc:
+        return None
+    import importlib.metadata
+
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return (dlc, installed) if installed.split("+")[0] != dlc.split("+")[0] else None
+
+
 @dataclass(frozen=True)
 class Group:
     """Patches applied together, for one reason."""
@@ -542,6 +565,14 @@ def _check(patch: Patch, original: Any) -> bool:
                   "are skipped", file=sys.stderr, flush=True)
         return not older  # added after that release: nothing to patch (or to add)
     if GROUPS[patch.group].critical and ("missing" in found or "broken" in found):
+        replaced = torch_replacement() if distribution == "torch" else None
+        if replaced is not None:
+            message = (f"torch {replaced[1]} runs instead of the DLC's torch {replaced[0]}: the job's requirements.txt "
+                       "replaced it (see the warning before the ranks started). The emulator's stand-ins are made for "
+                       f"the DLC's torch, and on SageMaker SMDDP and the DLC's CUDA build are too; pin the requirement "
+                       f"that pulled torch {replaced[1]} to keep torch {replaced[0]} (detail: {message})")
+            print(f"[emulator] {message}", file=sys.stderr, flush=True)
+            raise TorchReplaced(message)
         print(f"[emulator] {message}", file=sys.stderr, flush=True)
         raise PatchMismatch(message)
     if patch.target not in _REPORTED:

@@ -23,6 +23,8 @@ try:  # the emulator's side: emulator.inhost.site._sm_emulator_protocol
         ENDED_PREFIX,
         ENV_COLLECTIVES,
         ENV_DIAG_DIR,
+        ENV_DLC,
+        ENV_DLC_TORCH,
         ENV_FAST_START,
         ENV_FAST_START_PRELOAD,
         ENV_GPU_COUNT,
@@ -44,6 +46,8 @@ except ImportError:  # inside hosts: the top-level _sm_emulator_protocol
         ENDED_PREFIX,
         ENV_COLLECTIVES,
         ENV_DIAG_DIR,
+        ENV_DLC,
+        ENV_DLC_TORCH,
         ENV_FAST_START,
         ENV_FAST_START_PRELOAD,
         ENV_GPU_COUNT,
@@ -63,7 +67,7 @@ except ImportError:  # inside hosts: the top-level _sm_emulator_protocol
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
                       ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
-                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT)
+                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC, ENV_DLC_TORCH)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (the folders below) is mounted in docker containers.

@@ -1,0 +1,78 @@
+"""A job environment says when its requirements replace a package the DLC pins (real pip).
+
+Two tiny local distributions stand for a DLC package and a requirement that needs a newer
+release of it (as ``torchmetrics`` 1.8 needs torch>=2 under a torch 1.12 DLC): ``smemu-dlcpkg``
+1.0 is the framework pin, the requirements ask for ``smemu-needsnew``, which requires
+``smemu-dlcpkg>=2``. pip (the oracle) upgrades it and prints ``Collecting smemu-dlcpkg>=2 (from
+smemu-needsnew->...)`` (pip/_internal/req/req_install.py ``InstallRequirement.__str__``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator import jobenv
+
+
+def _wheel(tmp: Path, name: str, version: str, requires: list[str], out: Path) -> None:
+    src = tmp / f"{name}-{version}"
+    module = name.replace("-", "_")
+    (src / module).mkdir(parents=True)
+    (src / module / "__init__.py").write_text(f"VERSION = {version!r}\n")
+    (src / "setup.py").write_text(
+        "from setuptools import setup\n"
+        f"setup(name={name!r}, version={version!r}, packages=[{module!r}], install_requires={requires!r})\n")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(out), str(src)], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheels")
+    out = tmp / "wheels"
+    _wheel(tmp, "smemu-dlcpkg", "1.0", [], out)
+    _wheel(tmp, "smemu-dlcpkg", "2.0", [], out)
+    _wheel(tmp, "smemu-needsnew", "1.0", ["smemu-dlcpkg>=2"], out)
+    _wheel(tmp, "smemu-fine", "1.0", ["smemu-dlcpkg>=1"], out)
+    return out
+
+
+def _prepare(tmp_path: Path, wheels: Path, requirement: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "requirements.txt").write_text(f"{requirement}\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    python, prepared = jobenv.prepare(src, tmp_path / "scratch", tmp_path / "jobenv.log", env=env,
+                                      framework=("smemu-dlcpkg==1.0",))
+    assert prepared, (tmp_path / "jobenv.log").read_text()
+    return python
+
+
+def test_an_upgrade_of_a_dlc_pin_is_said_with_what_pulled_it(tmp_path: Path, wheels: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    python = _prepare(tmp_path, wheels, "smemu-needsnew", monkeypatch)
+    (note,) = jobenv.replacement_notes(python)
+    assert note.startswith("requirements.txt upgraded the DLC's smemu-dlcpkg 1.0 to 2.0 (pulled by smemu-needsnew")
+    assert "On SageMaker the same pip step does the same" in note
+
+
+def test_requirements_that_keep_the_dlc_pins_say_nothing(tmp_path: Path, wheels: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    python = _prepare(tmp_path, wheels, "smemu-fine", monkeypatch)
+    assert jobenv.replacement_notes(python) == []
+
+
+def test_a_torch_replacement_names_smddp_and_the_cuda_build() -> None:
+    changed = jobenv.replacements({"torch": "1.12.1"}, {"torch": "2.8.0"},
+                                  "Collecting torch>=2.0.0 (from torchmetrics>=0.4.1->pytorch-lightning==1.6.3->-r "
+                                  "requirements.txt (line 1))\n")
+    assert changed == [{"package": "torch", "before": "1.12.1", "after": "2.8.0",
+                        "pulled_by": "torchmetrics>=0.4.1->pytorch-lightning==1.6.3->-r requirements.txt (line 1)"}]
+    assert jobenv.replacements({"torch": "2.13.0+cpu"}, {"torch": "2.13.0"}, "") == []  # same release
