@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from emulator import collectives
+from emulator.diagnostics import collectives
 from emulator.inhost import GPU_BIN, SITE
 
 ROOT = Path(__file__).resolve().parent

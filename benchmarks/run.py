@@ -226,7 +226,7 @@ def import_cache_probe(reps: int) -> dict[str, Any]:
 
 def docker_bench(quick: bool, log: Any) -> dict[str, Any]:
     """Image build (cached) and a 2x2 job on the docker backend, when the backend and image exist."""
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     try:
         DockerBackend().check()

@@ -40,7 +40,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 MB = 1024 * 1024
 #: Programs the emulator runs to build and wire its hosts (process backend).
 HELPERS = frozenset({"unshare", "bwrap", "ip", "nsenter"})
-#: The namespace agent's script (``python -S … emulator/backends/nsagent.py``).
+#: The namespace agent's script (``python -S … emulator/backends/process/nsagent.py``).
 AGENT = "nsagent.py"
 
 

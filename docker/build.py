@@ -13,7 +13,7 @@ access from inside the build except the Debian mirror for apt. Steps:
 
 ``--lock`` re-resolves ``requirements.txt`` from ``requirements.in``.
 
-``--framework F`` (a family or version of ``emulator/frameworks.py``: ``1.12``, ``2.0.1``, ...)
+``--framework F`` (a family or version of ``emulator/job/frameworks.py``: ``1.12``, ``2.0.1``, ...)
 builds that family's image instead: Debian's python3 of the family's suite (build-base.sh with
 that suite), the family's torch and toolkit versions plus the toolkits' other dependencies from
 ``requirements.in``, no Lightning (no DLC ships it); resolved at build time by the base image's own
@@ -173,7 +173,7 @@ def build(*, base_image: str | None, force: bool) -> str:
     return tag
 
 
-# ---- framework family images (emulator/frameworks.py) -------------------------------------------
+# ---- framework family images (emulator/job/frameworks.py) -------------------------------------------
 #: Minutes a cold build takes on the 2-core CI machine, for the estimate shown before a build:
 #: measured for torch 1.12 (base 130 s, image 925 s with the machine shared, load ~9); families
 #: with nvidia-* wheels download and unpack ~3 GB more (not measured: an estimate).
@@ -186,10 +186,10 @@ _FAMILY_OWNED = {"torch", "pytorch-lightning", "sagemaker-training", "sagemaker-
 
 
 def _frameworks():  # type: ignore[no-untyped-def]
-    """emulator.frameworks, importable without installing the project."""
+    """emulator.job.frameworks, importable without installing the project."""
     if str(HERE.parent) not in sys.path:
         sys.path.insert(0, str(HERE.parent))
-    from emulator import frameworks
+    from emulator.job import frameworks
 
     return frameworks
 
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="rebuild even if the hash tag exists")
     p.add_argument("--lock", action="store_true", help="re-resolve requirements.txt and exit")
     p.add_argument("--framework", help="build the image of this DLC family or version (1.12, "
-                   "2.0.1, ...; see emulator/frameworks.py) instead of the default image")
+                   "2.0.1, ...; see emulator/job/frameworks.py) instead of the default image")
     p.add_argument("--print-tag", action="store_true", help="with --framework: print the tag "
                    "the current inputs give (empty if the base is not built) and exit")
     args = p.parse_args(argv)

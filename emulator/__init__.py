@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 from .inhost.protocol import STOP_GRACE
 
 if TYPE_CHECKING:
-    from .result import JobResult
+    from .job.result import JobResult
 
 __all__ = ["run"]
 
 
 def run(*, backend: str = "auto", stop_grace: float = STOP_GRACE, keep_hosts: bool = False,
         echo: bool = True, faults: Sequence[Any] = (), **estimator_kwargs: Any) -> JobResult:
-    """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.request`.
+    """Build a request from SDK-estimator keyword arguments and run it; see :mod:`emulator.job.request`.
 
-    ``faults``: :mod:`emulator.faults` values or their CLI strings (``"kill:algo-2:SIGKILL@5s"``).
+    ``faults``: :mod:`emulator.diagnostics.faults` values or their CLI strings (``"kill:algo-2:SIGKILL@5s"``).
     """
-    from .request import create
+    from .job.request import create
     from .supervisor import run as run_job
 
     return run_job(create(**estimator_kwargs), backend=backend, stop_grace=stop_grace,

@@ -17,8 +17,8 @@ from typing import Any
 
 from .errors import EmulatorError, RequestError, Terminated
 from .inhost.protocol import STOP_GRACE, scratch_prefix
-from .instance_types import DEFAULT_INSTANCE_TYPE
-from .profiles import EXACT
+from .job.instance_types import DEFAULT_INSTANCE_TYPE
+from .job.profiles import EXACT
 
 
 def _kv(values: Sequence[str], field: str) -> dict[str, str]:
@@ -110,7 +110,7 @@ def _channels(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _request(args: argparse.Namespace) -> Any:
-    from . import request as rq
+    from .job import request as rq
 
     return rq.create(
         entry_point=args.entry_point, source_dir=args.source_dir, instance_count=args.hosts,
@@ -142,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
                           "for `shell` and `ps` until `reap`")
     run.add_argument("--fault", action="append", default=[], metavar="SPEC",
                      help="inject a fault, e.g. kill:algo-2:SIGKILL@5s, freeze:algo-2@log=/epoch 2/, spot@10s "
-                          "(see emulator/faults.py)")
+                          "(see emulator/diagnostics/faults.py)")
     run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
     plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run starts); start nothing")
     _job_flags(plan)
@@ -156,7 +156,7 @@ def parser() -> argparse.ArgumentParser:
     timeline = sub.add_parser("timeline", help="draw JOB_DIR/timeline.png again from JOB_DIR/timeline.json")
     timeline.add_argument("job_dir", metavar="JOB_DIR")
     # -- end timeline --
-    # -- shell, ps (emulator/postmortem.py) --
+    # -- shell, ps (emulator/kept/shell.py) --
     shell = sub.add_parser("shell", help="enter a kept host (--keep-hosts): a shell, or run CMD and exit with "
                                          "its status")
     shell.add_argument("job_dir", metavar="JOB_DIR")
@@ -196,7 +196,7 @@ def _timeline(job_dir: str) -> int:
     without matplotlib."""
     from pathlib import Path
 
-    from .timeline import redraw
+    from .diagnostics.timeline import redraw
 
     try:
         print(redraw(Path(job_dir)))
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{result.job_name}: {result.status}" +
                       (f" — {result.failure_reason}" if result.failure_reason else ""))
                 if "KeptHosts" in result.description["Emulator"]:  # processes remain: say so
-                    from .kept import console, load
+                    from .kept.records import console, load
 
                     print("\n".join(console(load(result.job_dir))))
             return 0 if result.ok else 1
@@ -237,17 +237,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print()
             return 0
         if args.command == "reap":
-            from .reap import reap
+            from .kept.reap import reap
 
             for line in reap(args.job_dir):
                 print(line)
             return 0
         if args.command == "shell":
-            from .postmortem import shell
+            from .kept.shell import shell
 
             shell(args.job_dir, args.host, args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
         if args.command == "ps":
-            from .postmortem import list_kept, ps_text
+            from .kept.shell import list_kept, ps_text
 
             print(ps_text(args.job_dir, args.hosts) if args.job_dir else list_kept())
             return 0

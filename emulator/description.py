@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .inhost import protocol as P
-from .request import JobRequest
-from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, Transition, iso
+from .job.request import JobRequest
+from .job.result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, Transition, iso
 
 #: Where the spec that ran is written in the job dir.
 LAUNCH_SPEC_FILE = "launch-spec.json"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backends.base import JobHandle
-    from .result import Diagnostic, HostOutcome
+    from .job.result import Diagnostic, HostOutcome
 
 
 class StopReason(str, enum.Enum):

@@ -14,14 +14,14 @@ and returns warnings (printed before start, kept in ``job.json``):
 
 - :func:`undeclared_imports`: top-level packages a ``.py`` file of the source dir imports
   unconditionally that neither the framework family's DLC ships
-  (:func:`emulator.frameworks.dlc_modules`) nor the job's ``requirements.txt`` names. On SageMaker
+  (:func:`emulator.job.frameworks.dlc_modules`) nor the job's ``requirements.txt`` names. On SageMaker
   such a job dies at the import (``ModuleNotFoundError``); e.g. Lightning, which no PyTorch DLC
   ships. Found by reading the files (``ast``, nothing is run): imports inside a ``try`` that
   handles ``ImportError``/``ModuleNotFoundError``/``Exception`` are optional and not counted;
   modules of the source dir itself and the standard library are not counted. Not caught:
   imports made through ``importlib``/``__import__``, by installed packages, or in files outside
   the source dir; a requirement whose import name differs from its distribution name and is not
-  in :data:`emulator.frameworks.IMPORT_NAMES` counts only through this machine's metadata of it.
+  in :data:`emulator.job.frameworks.IMPORT_NAMES` counts only through this machine's metadata of it.
 - Not checked: SDK v3 jobs with a container command (the request's command runs, not the
   toolkit's runners).
 """
@@ -37,12 +37,12 @@ import sys
 import threading
 from pathlib import Path
 
-from . import frameworks
 from .backends.base import Backend
-from .distribution import runner_for
 from .errors import BackendUnavailable, RequestError
 from .inhost import protocol as P
-from .request import JobRequest
+from .job import frameworks
+from .job.distribution import runner_for
+from .job.request import JobRequest
 
 #: The emulator's extra that brings mpi4py (pyproject.toml ``[project.optional-dependencies]``).
 MPI_EXTRA = "sagemaker-emulator[mpi]"

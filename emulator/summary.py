@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .console import paint, table, tail
-from .result import JobResult
+from .job.result import JobResult
 
 #: How many of the first failing host's last log lines the summary shows.
 FAILED_LOG_LINES = 20

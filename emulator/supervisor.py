@@ -32,19 +32,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
-from . import deviations, kept, materialise
-from . import plan as planning
-from .archives import build_archive
-from .backends import DEFAULT_BACKEND, choose, get_backend
+from .backends import DEFAULT_BACKEND, choose, get_backend, materialise
 from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken, diag_folder
 from .console import LogTailer, display_log, paint
 from .description import LAUNCH_SPEC_FILE, FirstFailure, describe, failure_reason
 from .errors import EmulatorError
 from .inhost import protocol as P
+from .job import deviations
+from .job import plan as planning
+from .job.archives import build_archive
+from .job.profiles import speedups
+from .job.request import JobRequest
+from .job.result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, write_description
+from .kept import records as kept
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
-from .profiles import speedups
-from .request import JobRequest
-from .result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, write_description
 from .summary import write_summary
 
 #: Grace for hosts stopped because another host failed, or on Ctrl-C.
@@ -178,16 +179,16 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture
     at stop, collectives out of step, quiet failures, deaths at interpreter exit, and the timeline (last:
     it draws every event)."""
-    from .collectives import CollectiveCheck
-    from .diagnostics import TopologyObserver
-    from .exitdeaths import ExitDeaths
-    from .faults import FaultObserver
-    from .quiet import QuietFailures
-    from .quirks import QuirkObserver
-    from .rendezvous import RendezvousCheck
-    from .smddp import SmddpNotes
-    from .stacks import StackCapture
-    from .timeline import Timeline
+    from .diagnostics.collectives import CollectiveCheck
+    from .diagnostics.exitdeaths import ExitDeaths
+    from .diagnostics.faults import FaultObserver
+    from .diagnostics.quiet import QuietFailures
+    from .diagnostics.quirks import QuirkObserver
+    from .diagnostics.rendezvous import RendezvousCheck
+    from .diagnostics.smddp_report import SmddpNotes
+    from .diagnostics.stacks import StackCapture
+    from .diagnostics.timeline import Timeline
+    from .diagnostics.topology import TopologyObserver
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
@@ -221,7 +222,7 @@ class _JobRun:
         self.deadline = 0.0
         self.observer_errors: list[Diagnostic] = []
         self._failed_hooks: set[tuple[int, str]] = set()  # (observer, hook) already recorded
-        self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept.py)
+        self.kept: kept.KeptJob | None = None  # --keep-hosts: the hosts handed off (emulator/kept/records.py)
         #: The last attempt's plan and the launch spec that ran (what ``job.json`` reports).
         self.job_plan: planning.JobPlan | None = None
         self.spec: LaunchSpec | None = None
@@ -286,7 +287,7 @@ class _JobRun:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
             if python is not None:  # once per job, before any rank starts
-                from .jobenv import replacement_notes
+                from .backends.jobenv import replacement_notes
 
                 for note in replacement_notes(python):
                     self._say(f"warning: {note}")
@@ -322,7 +323,7 @@ class _JobRun:
             started = clock.monotonic()
             self.events += [Event(clock.time(), "host-start", h.name) for h in spec.hosts]
             self.diag_dir = spec.diag_dir
-            from .rendezvous import expected_processes
+            from .diagnostics.rendezvous import expected_processes
 
             ctx = AttemptContext(number, handle, tuple(h.name for h in spec.hosts), self.diag_dir, started,
                                  clock.time(), say=self._say,
@@ -512,18 +513,18 @@ def run(request: JobRequest, *, backend: str | Backend = DEFAULT_BACKEND, stream
     """Run ``request`` to the end and return its :class:`JobResult`. Writes ``job.json``.
 
     Setting ``stop`` (from another thread) stops the job as StopTrainingJob does: SIGTERM,
-    ``stop_grace``, SIGKILL, status ``Stopped``. ``faults`` are :mod:`emulator.faults` values (or
+    ``stop_grace``, SIGKILL, status ``Stopped``. ``faults`` are :mod:`emulator.diagnostics.faults` values (or
     their CLI strings) injected while the job runs; ``observers`` replace the default ones
     (:func:`default_observers`; the faults' observer is always added when there are faults).
     ``caller_env`` (default: this process's environment) is where ``pass_env`` names and, when
     forwarded, AWS credentials are read. Raises :class:`KeyboardInterrupt` after tearing
     everything down and writing ``job.json`` (Stopped) when interrupted.
     """
-    from .faults import FaultObserver
+    from .diagnostics.faults import FaultObserver
 
     be = get_backend(backend) if isinstance(backend, str) else backend
     if faults:
-        from . import faults as fault_specs
+        from .diagnostics import faults as fault_specs
 
         faults = fault_specs.parse_all(f for f in faults if isinstance(f, str)) + tuple(
             f for f in faults if not isinstance(f, str))

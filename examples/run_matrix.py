@@ -84,7 +84,7 @@ def framework_scenarios() -> list[Scenario]:
     backend whatever ``--backend`` says), when a docker engine runs here. Their test is
     tests/test_framework_jobs.py."""
     try:
-        from emulator.backends.docker import DockerBackend
+        from emulator.backends.docker.backend import DockerBackend
 
         DockerBackend().check()
     except Exception:
@@ -94,11 +94,12 @@ def framework_scenarios() -> list[Scenario]:
 
 def ensure_image(scenario: Scenario) -> None:
     """Build the image of ``scenario``'s framework family if it is not built yet, saying what is
-    built and roughly how long it takes (``emulator.images``; once per machine, then cached).
+    built and roughly how long it takes (``emulator.backends.docker.images``; once per machine, then cached).
     Built here, not by ``.ci/setup``, so the other scenarios' results come first."""
     if scenario.framework is None:
         return
-    from emulator import frameworks, images
+    from emulator.backends.docker import images
+    from emulator.job import frameworks
 
     fam = frameworks.family(scenario.framework)
     if images.family_image(fam) is None:
@@ -289,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: a temp dir)")
     parser.add_argument("--echo", action="store_true", help="stream the launchers' output to the console")
     parser.add_argument("--profile", choices=["ci", "exact"], default="ci",
-                        help="the emulator profile of every job (default ci: emulator/profiles.py)")
+                        help="the emulator profile of every job (default ci: emulator/job/profiles.py)")
     args = parser.parse_args(argv)
 
     everything = [*SCENARIOS, *framework_scenarios()]

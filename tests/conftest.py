@@ -4,7 +4,7 @@ Scoping (holds under pytest-xdist, where several workers run jobs at once):
 
 * At start-up each pytest process (controller or xdist worker) exports ``SMEMU_TEST_OWNER=<pid>``.
   The emulator passes the machine's environment into its namespace agent and hosts (only
-  credentials and launcher variables are dropped, see :mod:`emulator.plan`), so every process a
+  credentials and launcher variables are dropped, see :mod:`emulator.job.plan`), so every process a
   test starts, directly or through ``python -m emulator``, carries it, even after it has been
   re-parented. A leak is any live process (not a zombie) carrying our value, or a descendant of
   this process, that was not there before the test.
@@ -219,8 +219,8 @@ def import_or_skip(name: str) -> Any:
 def mpi_missing() -> list[str]:
     """What an MPI-family job on the process backend needs and this machine lacks: Open MPI's
     ``mpirun`` and ``mpi4py`` (the toolkit runs ``mpirun … python -m mpi4py``); as root also
-    ``sshd`` and ``ssh-keygen``, because every host then runs a real sshd (emulator/backends/sshd.py)."""
-    from emulator.backends import sshd
+    ``sshd`` and ``ssh-keygen``, because every host then runs a real sshd (emulator/backends/process/sshd.py)."""
+    from emulator.backends.process import sshd
 
     missing = []
     if shutil.which("mpirun") is None:
@@ -249,7 +249,7 @@ def mpi_ready() -> None:
 @pytest.fixture
 def docker_ready() -> None:
     """The docker backend can run here (engine and image): see :func:`require`."""
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
     from emulator.errors import BackendUnavailable
 
     try:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from emulator.backends.base import HostLaunch, LaunchSpec, Runtime, host_addresses, hosts_file
+from emulator.backends.materialise import host_mounts
 from emulator.inhost.protocol import HostExit, exit_of, status_of_signal
-from emulator.materialise import host_mounts
-from emulator.plan import JobPlan
-from emulator.request import JobRequest
+from emulator.job.plan import JobPlan
+from emulator.job.request import JobRequest
 
 
 class FakeClock:

@@ -127,7 +127,7 @@ def test_a_socket_this_user_may_not_open_names_the_endpoint_and_the_fix(tmp_path
 
 @needs_engine
 def test_in_a_container_with_default_seccomp_the_error_says_privileged_or_socket(tmp_path: Path) -> None:
-    from emulator import engine
+    from emulator.backends.docker import engine
 
     try:
         engine.image_id(IMAGE)
@@ -150,7 +150,7 @@ def test_in_a_container_with_default_seccomp_the_error_says_privileged_or_socket
 def test_images_and_wheelhouse_need_no_docker_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The docker SDK only (as in a container with the project pip-installed and no docker CLI):
     image ids and what an image holds, checked against the CLI's own answers."""
-    from emulator import engine, images, wheelhouse
+    from emulator.backends.docker import engine, images, wheelhouse
     from emulator.errors import BackendUnavailable
 
     cli = shutil.which("docker")

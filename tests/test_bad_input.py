@@ -174,7 +174,7 @@ def test_the_matrix_is_big_enough() -> None:
 def test_the_baseline_request_is_valid(workspace: Path) -> None:
     """Positive control: without the bad override the request builds (so each case tests
     exactly its own override)."""
-    from emulator.request import create
+    from emulator.job.request import create
 
     req = create(entry_point="train.py", source_dir=workspace / "src",
                  output_path=workspace / "out", job_name="qa-job")

@@ -28,7 +28,7 @@ WAIT = 60.0
 
 
 def test_dlc_image_uris_map_to_the_emulator_image() -> None:
-    from emulator.backends.docker import DEFAULT_IMAGE, resolve_image
+    from emulator.backends.docker.backend import DEFAULT_IMAGE, resolve_image
 
     assert resolve_image(None) == DEFAULT_IMAGE
     dlc = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
@@ -43,14 +43,14 @@ def test_dlc_image_uris_map_to_the_emulator_image() -> None:
 
 
 def test_import_emulator_does_not_import_docker() -> None:
-    code = ("import sys, emulator, emulator.backends, emulator.backends.docker; "
+    code = ("import sys, emulator, emulator.backends, emulator.backends.docker.backend; "
             "sys.exit('docker' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], cwd="/").returncode == 0
 
 
 @pytest.fixture
 def docker_client(docker_ready: None) -> Any:
-    from emulator.backends.docker import DEFAULT_IMAGE, _client
+    from emulator.backends.docker.backend import DEFAULT_IMAGE, _client
 
     client = _client()
     assert client.images.get(DEFAULT_IMAGE)
@@ -58,7 +58,7 @@ def docker_client(docker_ready: None) -> Any:
 
 
 def _labelled(client: Any, job_id: str) -> list[str]:
-    from emulator.backends.docker import LABEL_JOB
+    from emulator.backends.docker.backend import LABEL_JOB
 
     flt = {"label": f"{LABEL_JOB}={job_id}"}
     return ([c.name for c in client.containers.list(all=True, filters=flt)]
@@ -68,7 +68,7 @@ def _labelled(client: Any, job_id: str) -> list[str]:
 @pytest.fixture
 def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
     """Factory: a LaunchSpec of hosts running the given commands; checks nothing leaks."""
-    from emulator.backends.docker import DEFAULT_IMAGE, _free_subnet
+    from emulator.backends.docker.backend import DEFAULT_IMAGE, _free_subnet
     from emulator.inhost.protocol import JOB_SUBNET
 
     jobs: list[LaunchSpec] = []
@@ -95,7 +95,7 @@ def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
         return job
 
     yield make
-    from emulator.backends.docker import container_name, network_name
+    from emulator.backends.docker.backend import container_name, network_name
 
     for job in jobs:  # belt and braces: never leave anything behind, even on failure
         leaked = _labelled(docker_client, job.job_id)
@@ -116,7 +116,7 @@ def _opt_ml(host: HostLaunch) -> Path:
 
 
 def _inhost_mount() -> Mount:
-    from emulator.backends.docker import INHOST_ROOT
+    from emulator.backends.docker.backend import INHOST_ROOT
     from emulator.inhost import ROOT
 
     return Mount(ROOT, INHOST_ROOT, read_only=True)
@@ -157,7 +157,7 @@ SCRIPT = ("hostname; for i in $(seq 200); do getent hosts algo-1 algo-2 | grep -
 @pytest.mark.docker
 def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
                                                          docker_client: Any) -> None:
-    from emulator.backends.docker import DockerBackend, network_name
+    from emulator.backends.docker.backend import DockerBackend, network_name
 
     backend = DockerBackend(owner=FAKE_OWNER)
     job = make_job(["sh", "-c", SCRIPT.format(rc=0)], ["sh", "-c", SCRIPT.format(rc=3)],
@@ -190,7 +190,7 @@ def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
 
 @pytest.mark.docker
 def test_ssh_as_root_between_hosts_with_the_cluster_key(make_job: Any) -> None:
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     client_cmd = ("for i in $(seq 100); do ssh -o BatchMode=yes -o ConnectTimeout=2 algo-2 "
                   "'echo on-$(hostname) uid=$(id -u)' && exit 0; sleep 0.2; done; exit 1")
@@ -210,7 +210,7 @@ def test_ssh_as_root_between_hosts_with_the_cluster_key(make_job: Any) -> None:
 
 @pytest.mark.docker
 def test_signal_pause_pids_disconnect(make_job: Any, docker_client: Any) -> None:
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     job = make_job(["sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; "
                                 "while true; do sleep 0.1; done"])
@@ -242,7 +242,7 @@ def test_signal_pause_pids_disconnect(make_job: Any, docker_client: Any) -> None
 
 @pytest.mark.docker
 def test_teardown_kills_a_host_that_ignores_sigterm(make_job: Any, docker_client: Any) -> None:
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     job = make_job(["sleep", "300"])  # PID 1 without a handler: SIGTERM does nothing
     handle = DockerBackend().start(job)
@@ -254,7 +254,7 @@ def test_teardown_kills_a_host_that_ignores_sigterm(make_job: Any, docker_client
 @pytest.mark.docker
 def test_failed_start_removes_what_was_created(make_job: Any, docker_client: Any,
                                                tmp_path: Path) -> None:
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     missing = Mount(tmp_path / "does-not-exist", "/data", read_only=True)
     job = make_job(["true"], ["true"], mounts=[missing])
@@ -265,7 +265,7 @@ def test_failed_start_removes_what_was_created(make_job: Any, docker_client: Any
 
 @pytest.mark.docker
 def test_missing_image_names_the_session(docker_client: Any) -> None:
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
 
     with pytest.raises(BackendUnavailable, match="docker pull"):
         DockerBackend().check(image="sagemaker-emulator-test/absent:0")
@@ -273,7 +273,7 @@ def test_missing_image_names_the_session(docker_client: Any) -> None:
 
 @pytest.mark.docker
 def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Path) -> None:
-    from emulator.backends.docker import (
+    from emulator.backends.docker.backend import (
         DEFAULT_IMAGE,
         LABEL_HOST,
         LABEL_JOB,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator.result import JobResult
+from emulator.job.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "examples_negative"
 TWO_BY_TWO: dict[str, Any] = dict(source_dir=str(SCRIPTS), instance_type="ml.p4d.24xlarge",

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from emulator.exitdeaths import KIND
+from emulator.diagnostics.exitdeaths import KIND
 
 SCRIPTS = Path(__file__).parent / "scripts"
 #: Scripts that import Lightning have a source dir of their own: the preflight asks every job whose
@@ -161,7 +161,7 @@ Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
 
 
 def test_a_gloo_abort_in_a_cpp_thread_is_explained(tmp_path: Path) -> None:
-    from emulator import exitdeaths
+    from emulator.diagnostics import exitdeaths
 
     (tmp_path / "ended-algo-1-61.txt").write_text(GLOO_ABORT)
     (tmp_path / "ended-algo-1-62.txt").write_text('{"host": "algo-1", "pid": 62, "time": 10.0, "rank": "2"}\n')

@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 
 import emulator
-from emulator import request as rq
-from emulator.materialise import host_root
-from emulator.result import JobResult
+from emulator.backends.materialise import host_root
+from emulator.job import request as rq
+from emulator.job.result import JobResult
 from emulator.supervisor import run as run_job
 
 SCRIPTS = Path(__file__).parent / "scripts"

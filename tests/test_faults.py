@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import faults as F
 from emulator.console import RAW_SUFFIX
+from emulator.diagnostics import faults as F
 from emulator.errors import RequestError
 
 # --------------------------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def _run_with_faults(tmp_path: Path, specs: Sequence[str], monkeypatch: pytest.M
                      hosts: int = 2):  # type: ignore[no-untyped-def]
     """Run a sleeper job; drive a FaultInjector from a thread on the real handle."""
     import emulator
-    from emulator.backends.process import ProcessBackend
+    from emulator.backends.process.backend import ProcessBackend
 
     src = tmp_path / "src"
     src.mkdir()
@@ -387,7 +387,7 @@ def test_netcut_keeps_processes_running(tmp_path: Path, monkeypatch: pytest.Monk
         " timeout=1)\n"
         "except OSError as e:\n"
         "    print('CONNECT', type(e).__name__, e.errno, flush=True)\n")
-    from emulator.backends.process import ProcessBackend
+    from emulator.backends.process.backend import ProcessBackend
 
     captured: dict[str, object] = {}
     real_start = ProcessBackend.start

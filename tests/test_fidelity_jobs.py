@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator import request as rq
-from emulator.result import JobResult
+from emulator.job import request as rq
+from emulator.job.result import JobResult
 from emulator.supervisor import run
 
 SECRETS = {"HF_TOKEN": "hf_do_not_leak", "WANDB_API_KEY": "wandb-do-not-leak", "GITHUB_TOKEN": "ghp_do_not_leak"}
@@ -149,7 +149,7 @@ def test_caller_secrets_reach_no_rank_no_pip_and_no_ssh_launched_rank(
     """HF_TOKEN, WANDB_API_KEY and GITHUB_TOKEN of the caller's environment reach nothing; the
     variable named with pass_env reaches every rank. On SageMaker a container has only the
     request's Environment and the platform's variables (CreateTrainingJob ``Environment``)."""
-    from emulator import jobenv
+    from emulator.backends import jobenv
 
     backend = _backend(backend, request)
     monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")  # a job environment of this test only

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from emulator import deviations, preflight, sharding
-from emulator import plan as planning
-from emulator import request as rq
+from emulator import preflight
 from emulator.backends.base import Runtime
 from emulator.errors import RequestError
 from emulator.inhost import GPU_BIN, ROOT
+from emulator.job import deviations, sharding
+from emulator.job import plan as planning
+from emulator.job import request as rq
 
 from .fakes import FakeBackend, FakeClock, HostScript
 from .test_bad_input import workspace  # noqa: F401  (a fixture)
@@ -145,7 +146,7 @@ def test_cpu_instance_has_no_smddp_and_no_nvidia_smi(src: Path) -> None:
 
 
 def test_smddp_on_an_undocumented_gpu_type_is_a_warning(src: Path) -> None:
-    from emulator.smddp import type_warnings
+    from emulator.diagnostics.smddp_report import type_warnings
 
     req = rq.create(entry_point="train.py", source_dir=src, instance_count=2, instance_type="ml.g5.12xlarge",
                     distribution=SMDDP, output_path=src.parent / "out", job_name="g5-smddp")
@@ -201,7 +202,7 @@ def test_sharded_channel_gives_each_host_a_disjoint_share(tmp_path: Path) -> Non
 
 
 def test_sharded_channel_is_planned_per_host(src: Path, tmp_path: Path) -> None:
-    from emulator.materialise import host_mounts
+    from emulator.backends.materialise import host_mounts
 
     data = tmp_path / "data"
     data.mkdir()
@@ -239,7 +240,7 @@ def test_single_object_s3_channel_is_a_copy(tmp_path: Path) -> None:
 
 # -- item 7: checkpoint paths outside /opt/ml ------------------------------------------------------
 def test_checkpoint_path_outside_opt_ml_is_mounted(src: Path, tmp_path: Path) -> None:
-    from emulator.materialise import host_mounts
+    from emulator.backends.materialise import host_mounts
 
     job = _plan(src, instance_count=2, checkpoint_dir=tmp_path / "ck", checkpoint_local_path="/tmp/ckpt")
     for host in job.hosts:

@@ -43,7 +43,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any,
     from sagemaker.inputs import TrainingInput
     from sagemaker.pytorch import PyTorch
 
-    from emulator.backends.docker import DockerBackend
+    from emulator.backends.docker.backend import DockerBackend
     from emulator.errors import BackendUnavailable
     from emulator.sdk.session import EmulatorSession
 

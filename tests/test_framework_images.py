@@ -1,4 +1,4 @@
-"""Framework images (docker/build.py --framework, emulator/images.py) and the in-host package on
+"""Framework images (docker/build.py --framework, emulator/backends/docker/images.py) and the in-host package on
 their torch: the torch 1.12 image runs the CUDA-on-CPU patches, nccl -> gloo and the smddp
 stand-in as the docker backend mounts them (``inhost_mounts``: the in-host folder read-only at
 /opt/sm-emulator/inhost, ``PYTHONPATH=<inhost>/site``, ``EMULATOR_INHOST=1``,
@@ -16,8 +16,9 @@ import textwrap
 
 import pytest
 
-from emulator import frameworks, images
+from emulator.backends.docker import images
 from emulator.inhost import ROOT as INHOST
+from emulator.job import frameworks
 
 from .conftest import require
 

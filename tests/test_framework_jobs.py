@@ -4,7 +4,7 @@ Oracles: what the training script itself reports inside the hosts (``torch.__ver
 ``sys.version``, ``pytorch_lightning.__version__``, the process group backend, the world size),
 the real toolkit's own ``pip install -r requirements.txt`` output, the SDK's own image URI for
 ``framework_version="1.12.1"``/``py_version="py38"`` (``…/pytorch-training:1.12.1-gpu-py38``), and
-AWS's DLC facts cited in emulator/frameworks.py (1.12's DLC: Python 3.8; 2.13's: Python 3.12,
+AWS's DLC facts cited in emulator/job/frameworks.py (1.12's DLC: Python 3.8; 2.13's: Python 3.12,
 sagemaker-training 5.1.1).
 
 The test suite runs SDK jobs with ``SAGEMAKER_EMULATOR_FRAMEWORK_VERSION=current``
@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator import frameworks, images, jobenv
-from emulator import request as rq
+from emulator.backends import jobenv
+from emulator.backends.docker import images
 from emulator.errors import RequestError
+from emulator.job import frameworks
+from emulator.job import request as rq
 
 from .rank_output import marked_json
 
@@ -296,8 +298,8 @@ def test_reap_removes_helper_containers_whose_owner_is_gone(request: pytest.Fixt
     """Wheelhouse/probe helpers carry owner labels; docker/build.py's resolve helper is known by its
     name (sm-emulator-resolve-<pid>). Helpers of a live owner stay."""
     request.getfixturevalue("docker_ready")
-    from emulator import helpers
-    from emulator.backends.docker import _client
+    from emulator.backends.docker import reaper as helpers
+    from emulator.backends.docker.backend import _client
 
     gone = subprocess.Popen(["true"])
     gone.wait()

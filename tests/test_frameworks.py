@@ -1,4 +1,4 @@
-"""The framework table (emulator/frameworks.py), checked against the SageMaker SDK's own table.
+"""The framework table (emulator/job/frameworks.py), checked against the SageMaker SDK's own table.
 
 Oracle: SDK v2 ``image_uri_config/pytorch.json`` (which versions and ``py_version`` values each
 PyTorch training DLC had, and the ``version_aliases``) and ``sagemaker.image_uris.retrieve``
@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from emulator import frameworks
 from emulator.errors import RequestError
+from emulator.job import frameworks
 
 image_uris = pytest.importorskip("sagemaker.image_uris")
 

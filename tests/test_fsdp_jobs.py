@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import emulator
-from emulator.result import JobResult
+from emulator.job.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "scripts"
 #: Lightning's scripts have a source dir of their own (the preflight asks every job whose source dir

@@ -87,7 +87,7 @@ def test_sigkill_of_the_emulator_leaves_no_process(tmp_path: Path) -> None:
     # The namespace agent and unshare carry this test run's owner variable: gone as well.
     _wait_for(lambda: not our_processes(), VANISH_TIMEOUT, "the namespace agent to exit")
     # What a killed emulator cannot clean up is its scratch tree; `reap` removes it.
-    from emulator.reap import reap_temp
+    from emulator.kept.reap import reap_temp
 
     removed = reap_temp()
     assert any(job[:20] in line for line in removed), removed
@@ -171,7 +171,7 @@ def test_detector_sees_docker_leftovers_and_fails_on_a_failed_listing() -> None:
 def test_reap_keeps_trees_of_live_owners() -> None:
     import tempfile
 
-    from emulator.reap import reap_temp
+    from emulator.kept.reap import reap_temp
 
     tree = Path(tempfile.mkdtemp(prefix="sm-emulator-qa-live-"))
     try:

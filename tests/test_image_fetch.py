@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from emulator import images
+from emulator.backends.docker import images
 
 build = images._build_module()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import jobenv
+from emulator.backends import jobenv
 
 
 def _wheel(tmp: Path, name: str, version: str, requires: list[str], out: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import emulator
-from emulator import request as rq
 from emulator.backends import get_backend
-from emulator.result import JobResult
+from emulator.job import request as rq
+from emulator.job.result import JobResult
 from emulator.supervisor import launch_plan
 from emulator.supervisor import run as run_job
 

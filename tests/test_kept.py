@@ -1,5 +1,5 @@
 """``--keep-hosts``: hosts still running at the end of a job are kept (frozen) for ``shell``/``ps``
-until ``reap`` (emulator/kept.py, emulator/postmortem.py).
+until ``reap`` (emulator/kept/records.py, emulator/kept/shell.py).
 
 Run as root and, by ``.ci/unprivileged``, as an ordinary user (the job's user namespace). Oracles
 independent of the code under test: the job's own output (``WARM rank R of W on HOST``, printed by
@@ -27,12 +27,14 @@ from typing import Any
 
 import pytest
 
-from emulator import kept, postmortem, supervisor
+from emulator import supervisor
 from emulator.console import RAW_SUFFIX
 from emulator.errors import RequestError
 from emulator.inhost import protocol as P
-from emulator.request import create
-from emulator.result import JobResult
+from emulator.job.request import create
+from emulator.job.result import JobResult
+from emulator.kept import records as kept
+from emulator.kept import shell as postmortem
 
 from .fakes import FakeBackend, FakeClock, HostScript
 
@@ -210,7 +212,8 @@ def test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap(tmp_path: Pa
 #: its own emulator before the record is written: the worst moment of a kill.
 KILLED_IN_KEEP = """\
 import os, signal, sys
-from emulator import cli, kept
+from emulator import cli
+from emulator.kept import records as kept
 
 def keep(handle, **kwargs):
     handle.keep()
@@ -299,7 +302,7 @@ def test_docker_leftovers_of_a_killed_run_are_found_by_their_scratch_label(tmp_p
     """Docker hosts outlive a SIGKILLed emulator (no agent ends them): ``reap JOB_DIR`` removes
     the containers and network labelled with that job's scratch folder whose owner is gone, and
     nothing of a live owner or of another scratch folder."""
-    from emulator.backends import docker as docker_backend
+    from emulator.backends.docker import backend as docker_backend
 
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -469,7 +472,7 @@ def test_nothing_is_kept_when_every_host_ended(fake_job: Any) -> None:
 
 
 def test_a_spot_interruption_keeps_nothing_of_the_replaced_attempt(fake_job: Any) -> None:
-    from emulator.faults import Spot, Trigger
+    from emulator.diagnostics.faults import Spot, Trigger
 
     done = {"algo-1": HostScript(0.3), "algo-2": HostScript(0.3)}
     result, backend = _fake_run(fake_job, [{}, done], faults=[Spot(Trigger(1.0))])

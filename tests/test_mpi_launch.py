@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator import request as rq
-from emulator import toolkit_model as tk
-from emulator.backends import get_backend, sshd
-from emulator.result import JobResult
+from emulator.backends import get_backend
+from emulator.backends.process import sshd
+from emulator.job import request as rq
+from emulator.job import toolkit_model as tk
+from emulator.job.result import JobResult
 from emulator.supervisor import launch_plan
 
 from .conftest import require, require_mpi

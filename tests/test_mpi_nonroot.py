@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator.result import JobResult
+from emulator.job.result import JobResult
 
 from .conftest import require_mpi
 

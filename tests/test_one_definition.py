@@ -2,7 +2,7 @@
 
 The names the emulator and its in-host code share are defined once (``emulator/inhost/site/
 _sm_emulator_names.py`` and ``_sm_emulator_protocol.py``, re-exported as ``emulator.inhost.protocol``;
-profile names in ``emulator/profiles.py``). This reads every module of ``emulator/`` and ``fixtures/``
+profile names in ``emulator/job/profiles.py``). This reads every module of ``emulator/`` and ``fixtures/``
 (their syntax trees: docstrings, comments and help texts may mention a name) and fails on a string
 that spells one of them again:
 
@@ -28,7 +28,7 @@ SITE = "emulator/inhost/site/"
 HOMES = {
     "env": {SITE + "_sm_emulator_names.py"},
     "opt-ml": {SITE + "_sm_emulator_protocol.py"},
-    "profile": {"emulator/profiles.py"},
+    "profile": {"emulator/job/profiles.py"},
     "scratch": {SITE + "_sm_emulator_protocol.py"},
     "definition": {SITE + "_sm_emulator_protocol.py"},
 }
@@ -109,4 +109,4 @@ help = "folder shipped as /opt/ml/code"
     assert [line.split(":")[1] for line in found] == ["3", "4", "5", "6", "7", "8", "9", "10"], found
     # The homes themselves, and a re-export under the same name, are not strays.
     assert not list(strays('ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"\n', SITE + "_sm_emulator_names.py"))
-    assert not list(strays("SCRATCH_PREFIX = P.SCRATCH_PREFIX\n", "emulator/kept.py"))
+    assert not list(strays("SCRATCH_PREFIX = P.SCRATCH_PREFIX\n", "emulator/kept/records.py"))

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from emulator import jobenv
+from emulator.backends import jobenv
 from emulator.inhost import SITE, SMDDP_SITE
 from emulator.inhost import patches as registry
 from emulator.inhost.site import _sm_emulator_hooks as hooks

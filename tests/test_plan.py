@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator import plan as planning
-from emulator import request as rq
 from emulator.backends.base import Runtime, host_addresses, hosts_file
 from emulator.inhost import GPU_BIN
+from emulator.job import plan as planning
+from emulator.job import request as rq
 
 ENTRY = "train.py"
 

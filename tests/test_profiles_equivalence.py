@@ -11,7 +11,7 @@ Open MPI names in :data:`PID_DERIVED`, one beyond their numbers) fails
 (the README's list of the ``ci`` profile's differences; ``test_comparison_finds_a_difference``
 proves the comparison can fail). The ``ci`` jobs must really have run with the profile's
 speed-ups, recorded in ``Emulator.Deviations``; the MPI-family ones' toolkits must have skipped
-the fixed 30-s sleep (``emulator/profiles.py``; the sleep itself: sagemaker-training 5.1.4,
+the fixed 30-s sleep (``emulator/job/profiles.py``; the sleep itself: sagemaker-training 5.1.4,
 ``mpi.py``, ``MasterRunner._wait_...`` / ``time.sleep(30)`` after ``mpirun`` exits).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator.result import JobResult
+from emulator.job.result import JobResult
 
 from .conftest import require_mpi
 

@@ -134,7 +134,7 @@ def test_real_path_submits_the_request_the_emulator_runs(tmp_path: Path, monkeyp
     from botocore.stub import Stubber
     from sm_emulator_fixtures.real import RealSettings, run_real
 
-    from emulator.request import create
+    from emulator.job.request import create
 
     for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
         monkeypatch.delenv(var, raising=False)

@@ -38,7 +38,7 @@ print("done")
 """
 
 
-def _run(tmp_path: Path, name: str, source: str) -> emulator.result.JobResult:  # type: ignore[name-defined]
+def _run(tmp_path: Path, name: str, source: str) -> emulator.job.result.JobResult:  # type: ignore[name-defined]
     src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(source)

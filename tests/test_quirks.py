@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from emulator import quirks
+from emulator.diagnostics import quirks
 
 from .conftest import import_or_skip
 

@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from emulator import rendezvous, supervisor
+from emulator import supervisor
+from emulator.diagnostics import rendezvous
 from emulator.errors import RequestError
+from emulator.job.request import create
+from emulator.job.result import JobResult
 from emulator.mpi_output import Rejoiner
-from emulator.request import create
-from emulator.result import JobResult
 
 SCRIPTS = Path(__file__).parent / "scripts"
 HOSTS, GPUS = 2, 2

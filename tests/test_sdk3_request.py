@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from emulator.diagnostics.quirks import detect
 from emulator.errors import RequestError
-from emulator.quirks import detect
 from emulator.sdk.translate import Translated
 from emulator.sdk.translate import from_create_training_job as _translate
 
@@ -160,7 +160,7 @@ def test_v2_requests_still_need_an_entry_point(v3_request: dict[str, Any]) -> No
     assert err.value.field == "HyperParameters.sagemaker_program" and "ContainerEntrypoint" in str(err.value)
 
 
-# -- the v3 MPI driver's rank count (emulator.quirks) ---------------------------------------------
+# -- the v3 MPI driver's rank count (emulator.diagnostics.quirks) ---------------------------------------------
 # The command line SDK v3 3.27.0's mpi_driver.py logs (reference §3; its get_mpirun_command's argv).
 MPIRUN = ("Executing command: mpirun --host algo-1:2,algo-2:2 -np 2 --allow-run-as-root --tag-output "
           "-mca btl_tcp_if_include eth0 -mca plm_rsh_num_concurrent 2 -x NCCL_SOCKET_IFNAME=eth0 -x PATH "

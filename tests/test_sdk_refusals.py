@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import emulator
-from emulator import frameworks
 from emulator.errors import RequestError
+from emulator.job import frameworks
 
 from .conftest import import_or_skip, our_processes
 from .test_bad_input import _tree
@@ -154,7 +154,7 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize("case", ACCEPTED, ids=[c[0] for c in ACCEPTED])
 def test_what_the_sdk_accepts_builds_a_request(case: tuple[str, dict[str, Any]], workspace: Path) -> None:
     """Positive control: the checks do not refuse more than the SDK."""
-    from emulator.request import create
+    from emulator.job.request import create
 
     _, kwargs = case
     assert sdk_refusal(**_sdk_kwargs(workspace, {"entry_point": "train.py", **kwargs})) is None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.archives import safe_extract
+from emulator.job.archives import safe_extract
 
 from .conftest import import_or_skip, listening_sockets
 from .rank_output import marked_json

@@ -2,7 +2,7 @@
 what the SageMaker toolkit, Open MPI and users rely on.
 
 Each case starts a host-like sandbox (``unshare``, then ``bwrap`` with exactly the ssh mounts the
-process backend gives a host: ``emulator.backends.sshd.bwrap_args``), starts ``/usr/sbin/sshd -D``
+process backend gives a host: ``emulator.backends.process.sshd.bwrap_args``), starts ``/usr/sbin/sshd -D``
 in it as the toolkit does, and drives it with OpenSSH's ``ssh`` client and the real toolkit's
 ``_can_connect`` / ``_write_status_file``. The oracle is OpenSSH's sshd itself: as root both run
 on the same inputs and must give the same results (``test_standin_matches_openssh``). The fixed
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from emulator.backends import sshd
+from emulator.backends.process import sshd
 
 from .conftest import require
 from .rank_output import marked_json

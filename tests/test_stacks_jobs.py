@@ -15,8 +15,8 @@ import pytest
 
 import emulator
 from emulator import supervisor
-from emulator.request import create
-from emulator.result import JobResult
+from emulator.job.request import create
+from emulator.job.result import JobResult
 
 from .conftest import require_mpi
 

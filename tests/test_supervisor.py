@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator import request as rq
-from emulator.faults import Kill, Spot, Trigger
+from emulator.diagnostics.faults import Kill, Spot, Trigger
 from emulator.inhost.protocol import HostExit
+from emulator.job import request as rq
 from emulator.observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
 from emulator.supervisor import FAIL_FAST_GRACE, Outcome, decide, run
 

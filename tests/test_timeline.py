@@ -24,7 +24,7 @@ def test_without_matplotlib_only_the_json_is_written(tmp_path: Path) -> None:
         sys.modules["matplotlib"] = None  # import matplotlib now raises ImportError
         from pathlib import Path
         from emulator.observers import Event, FinishContext
-        from emulator.timeline import Timeline
+        from emulator.diagnostics.timeline import Timeline
         job = Path({str(tmp_path)!r})
         finish = FinishContext(job, job / "no-diagnostics", "Completed", "Completed", (),
                                (Event(100.0, "host-start", "algo-1"), Event(105.0, "host-exit", "algo-1", "exit 0")),

@@ -1,4 +1,4 @@
-"""The launcher prediction follows the toolkit release that runs (emulator/toolkit_model.py).
+"""The launcher prediction follows the toolkit release that runs (emulator/job/toolkit_model.py).
 
 The framework images of the DLC families 2.11 to 2.13 hold sagemaker-training 5.1.1 (AWS's
 ``docker/pytorch/2.1x/cpu/uv.lock``), which launches differently from the pinned 5.1.4.
@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from emulator import distribution as dist
-from emulator import plan as planning
-from emulator import request as rq
-from emulator import toolkit_model as tk
 from emulator.backends.base import Runtime
+from emulator.job import distribution as dist
+from emulator.job import plan as planning
+from emulator.job import request as rq
+from emulator.job import toolkit_model as tk
 
 from .rank_output import marked_json
 

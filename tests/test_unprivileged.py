@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import emulator
-from emulator import request as rq
-from emulator.backends.docker import DockerBackend
-from emulator.materialise import host_root
+from emulator.backends.docker.backend import DockerBackend
+from emulator.backends.materialise import host_root
+from emulator.job import request as rq
 from emulator.supervisor import run as run_job
 
 SCRIPTS = Path(__file__).parent / "scripts"

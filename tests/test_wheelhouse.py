@@ -1,4 +1,4 @@
-"""The wheelhouse (emulator/wheelhouse.py): requirements resolved here, installed offline in hosts.
+"""The wheelhouse (emulator/backends/docker/wheelhouse.py): requirements resolved here, installed offline in hosts.
 
 Oracle: the real toolkit's install step (``sagemaker_training.modules.install_requirements``,
 which runs ``python -m pip install -r requirements.txt`` and raises ``InstallRequirementsError``
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import wheelhouse
+from emulator.backends.docker import wheelhouse
 
 from .conftest import require
 

@@ -8,8 +8,8 @@ from ..errors import RequestError
 from .base import Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime
 
 #: The backends by name; ``auto`` (the default everywhere) picks one of them (:mod:`.choose`).
-BACKENDS = {"process": "emulator.backends.process:ProcessBackend",
-            "docker": "emulator.backends.docker:DockerBackend"}
+BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
+            "docker": "emulator.backends.docker.backend:DockerBackend"}
 #: The backend a job runs on unless it asks for another.
 DEFAULT_BACKEND = "auto"
 

@@ -1,6 +1,6 @@
 """The backend interface: plan → launch spec (pure) → running hosts → teardown.
 
-A backend turns a :class:`~emulator.plan.JobPlan` (SageMaker's view of every host: files,
+A backend turns a :class:`~emulator.job.plan.JobPlan` (SageMaker's view of every host: files,
 environment, container command) into a :class:`LaunchSpec` — each host's final argv, environment,
 address, hostname, mounts and ``/etc/hosts``, *including* everything the backend itself adds —
 without side effects, then starts exactly that spec. ``python -m emulator plan`` prints the
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inhost.protocol import HostExit
-from ..toolkit_model import TOOLKIT_VERSION
+from ..job.toolkit_model import TOOLKIT_VERSION
 
 if TYPE_CHECKING:
-    from ..plan import JobPlan
-    from ..request import JobRequest
+    from ..job.plan import JobPlan
+    from ..job.request import JobRequest
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class JobHandle(Protocol):
 
     def keep(self) -> Mapping[str, Any]:
         """Hand the hosts that still run over to ``python -m emulator shell|ps|reap``
-        (``--keep-hosts``; see :mod:`emulator.kept`): freeze every process of them (SIGSTOP) and
+        (``--keep-hosts``; see :mod:`emulator.kept.records`): freeze every process of them (SIGSTOP) and
         let them outlive this process. Returns ``{"hosts": {name: facts}, ...}``, the
         backend's facts that find them again (empty ``hosts``: nothing ran, nothing was kept, and
         :meth:`teardown` works as usual). After a keep, :meth:`teardown` leaves the job alone."""
@@ -170,7 +170,7 @@ class JobHandle(Protocol):
 
 
 class KeptHosts(Protocol):
-    """The hosts of a kept job (``--keep-hosts``, see :mod:`emulator.kept`), found again from the
+    """The hosts of a kept job (``--keep-hosts``, see :mod:`emulator.kept.records`), found again from the
     facts :meth:`JobHandle.keep` returned (``record``: the job's ``kept.json``), by a later
     ``python -m emulator shell|ps|reap`` process. Methods take a host the record names as kept."""
 

@@ -7,7 +7,7 @@ https://github.com/actions/runner-images/issues/11489). With the same tools the 
 (``unshare``, ``ip``, ``bwrap``), one short command writes a uid map (when not root), brings
 ``lo`` up in a new network namespace, mounts ``/proc`` in a new PID namespace, and starts a
 ``bwrap`` host the way
-:func:`emulator.backends.process.bwrap_argv` does. The result is cached per boot
+:func:`emulator.backends.process.backend.bwrap_argv` does. The result is cached per boot
 (``/proc/sys/kernel/random/boot_id``) and user, under the user's cache folder, keyed also by the
 settings that decide it (the sysctls below, the tools' paths), so changing one of them probes
 again. The docker engine is asked each time (a ping is cheap, and engines come and go).
@@ -33,7 +33,7 @@ from ..errors import BackendUnavailable
 
 AUTO = "auto"
 PROBE_TIMEOUT = 30.0
-TOOLS = ("unshare", "nsenter", "ip", "bwrap")  # the process backend's (emulator/backends/process.py TOOLS)
+TOOLS = ("unshare", "nsenter", "ip", "bwrap")  # the process backend's (emulator/backends/process/backend.py TOOLS)
 #: Settings that decide whether unprivileged namespaces work (a changed one probes again).
 SYSCTLS = ("kernel/apparmor_restrict_unprivileged_userns", "user/max_user_namespaces",
            "kernel/unprivileged_userns_clone")
@@ -185,7 +185,7 @@ def process_cause(probe: Probe, *, container: bool | None = None,
 
 def engine() -> tuple[bool, str]:
     """Whether a docker engine answers (the docker SDK's ping), and where / why not."""
-    from .. import engine as eng
+    from .docker import engine as eng
 
     try:
         eng.client()

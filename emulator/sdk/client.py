@@ -25,11 +25,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from .. import profiles
 from ..backends import get_backend
 from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
-from ..result import JobResult, iso
+from ..job import profiles
+from ..job.result import JobResult, iso
 from .s3 import INTERNAL, S3Store
 from .translate import Translated, from_create_training_job
 
@@ -89,7 +89,7 @@ class EmulatorSageMakerClient:
                  profile: str = profiles.EXACT) -> None:
         """``framework_version``: overrides the framework every job's ``TrainingImage`` names
         (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none.
-        ``profile``: every job's (:mod:`emulator.profiles`)."""
+        ``profile``: every job's (:mod:`emulator.job.profiles`)."""
         from .launch import FRAMEWORK_VAR
 
         self.profile = profiles.get(profile).name  # an unknown name is refused here, before any job

@@ -12,7 +12,7 @@ folder (any other AWS service is refused by moto: nothing leaves the machine). S
 ``sys.argv = [script, *args]``.
 
 A PyTorch DLC ``TrainingImage`` (which the SDK derives from ``framework_version``/``py_version``)
-decides the torch and Python the job runs with (:mod:`emulator.frameworks`); the process backend
+decides the torch and Python the job runs with (:mod:`emulator.job.frameworks`); the process backend
 runs this machine's toolkit whatever the image. The script's ``SystemExit`` code
 becomes the command's exit code; an uncaught exception prints its traceback and gives 1.
 
@@ -21,7 +21,7 @@ Environment: ``SAGEMAKER_EMULATOR_S3_DIR`` (S3 folder), ``SAGEMAKER_EMULATOR_BAC
 GPUs per host),
 ``SAGEMAKER_EMULATOR_FRAMEWORK_VERSION=current`` (today's torch instead of the DLC's the launcher's
 ``framework_version``/``image_uri`` names),
-``SAGEMAKER_EMULATOR_PROFILE`` (``exact``, the default, or ``ci``: :mod:`emulator.profiles`).
+``SAGEMAKER_EMULATOR_PROFILE`` (``exact``, the default, or ``ci``: :mod:`emulator.job.profiles`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ FRAMEWORK_VAR = "SAGEMAKER_EMULATOR_FRAMEWORK_VERSION"
 def emulator_options() -> dict[str, Any]:
     """Backend, GPUs per host and profile for the launcher's jobs, from the environment (an unknown
     profile name raises :class:`~emulator.errors.RequestError`)."""
-    from ..profiles import from_environment
+    from ..job.profiles import from_environment
 
     options: dict[str, Any] = {"backend": os.environ.get(BACKEND_VAR, "auto"), "profile": from_environment()}
     gpus = os.environ.get(GPUS_VAR)

@@ -29,7 +29,7 @@ from sagemaker.session import Session, _check_job_status
 
 from ..console import RAW_SUFFIX, LogTailer
 from ..inhost import protocol as P
-from ..profiles import EXACT
+from ..job.profiles import EXACT
 from .client import EmulatorSageMakerClient
 from .s3 import ACCOUNT, S3Store, default_store
 

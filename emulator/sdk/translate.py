@@ -1,4 +1,4 @@
-"""CreateTrainingJob request (as the SageMaker SDK builds it) → :class:`~emulator.request.JobRequest`.
+"""CreateTrainingJob request (as the SageMaker SDK builds it) → :class:`~emulator.job.request.JobRequest`.
 
 Both SDK majors' requests are taken: v2 estimators send ``sagemaker_*`` hyperparameters and a
 ``sourcedir.tar.gz``; v3's ``ModelTrainer`` sends ``AlgorithmSpecification.ContainerEntrypoint``/
@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .. import distribution as dist
-from ..archives import safe_extract
 from ..errors import RequestError
 from ..inhost import protocol as P
-from ..request import (
+from ..job import distribution as dist
+from ..job.archives import safe_extract
+from ..job.request import (
     CHECKPOINT_DEFAULT,
     HOMOGENEOUS_GROUP,
     MAX_RUNTIME_DEFAULT,
@@ -207,7 +207,7 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
                              forward_aws_credentials: bool = False,
                              framework_version: str | None = None) -> Translated:
     """Translate a CreateTrainingJob request dict and validate the result. The torch and Python
-    follow the PyTorch DLC ``TrainingImage`` (see :mod:`emulator.frameworks`) unless
+    follow the PyTorch DLC ``TrainingImage`` (see :mod:`emulator.job.frameworks`) unless
     ``framework_version`` overrides it (``"current"``: today's torch)."""
     temp: list[Path] = []
     try:

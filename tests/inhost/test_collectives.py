@@ -8,7 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from emulator import collectives
+from emulator.diagnostics import collectives
 
 from .test_stacks import _line, _start, _stop, _wait_for
 

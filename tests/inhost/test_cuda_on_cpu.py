@@ -88,7 +88,7 @@ dist.destroy_process_group()
 
 
 def test_nccl_ddp_and_diagnostics_under_torchrun(run_script: Any, tmp_path: Any) -> None:
-    from emulator.diagnostics import analyze
+    from emulator.diagnostics.topology import analyze
 
     diag = tmp_path / "diag"
     result = run_script(DDP_SCRIPT, nproc=2, EMULATOR_DIAG_DIR=str(diag))

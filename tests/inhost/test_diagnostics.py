@@ -1,11 +1,11 @@
-"""``emulator.diagnostics.analyze`` on hand-written rank records."""
+"""``emulator.diagnostics.topology.analyze`` on hand-written rank records."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from emulator.diagnostics import Diagnostic, analyze
+from emulator.diagnostics.topology import Diagnostic, analyze
 
 
 def _record(folder: Path, host: str, pid: int, rank: int, world: int, samplers=()) -> None:

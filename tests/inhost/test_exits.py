@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from emulator import quiet
+from emulator.diagnostics import quiet
 
 from .conftest import PRELUDE, Runner
 

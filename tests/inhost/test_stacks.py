@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from emulator import stacks
+from emulator.diagnostics import stacks
 from emulator.inhost import SITE
 from emulator.inhost import protocol as proto
 

@@ -10,7 +10,7 @@ and the time; when the call returns its state and end time are updated. The ring
 ``COLL_CAPACITY`` records; it is ``MAP_SHARED``, so what a rank wrote survives its SIGKILL. A JSON
 side file (``coll-<host>-<pid>.json``) names the rank, world size, groups and ops; it is rewritten
 only when a new group or op appears. The emulator compares the rings after a failed or stopped
-job (``emulator.collectives``).
+job (``emulator.diagnostics.collectives``).
 
 Works for any backend the Python API reaches (gloo, nccl run on gloo, the ``smddp`` stand-in and
 its pre-1.4 API, which calls these functions). Only the outermost call is recorded (object

@@ -3,7 +3,7 @@
 ``<hostname>-<pid>.json`` holds ``{"host", "pid", "process_groups": [...], "samplers": [...]}``;
 a record is added each time the process initialises a default process group or creates a
 ``torch.utils.data.DistributedSampler``. The file is rewritten atomically on every record. The
-emulator's ``emulator.diagnostics.analyze`` reads these files after the job. Nothing is written
+emulator's ``emulator.diagnostics.topology.analyze`` reads these files after the job. Nothing is written
 when ``EMULATOR_DIAG_DIR`` is unset; a failure to write never breaks the training script.
 """
 

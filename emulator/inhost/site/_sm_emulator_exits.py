@@ -15,12 +15,12 @@ non-daemon threads have ended, before ``atexit`` handlers and finalisation), the
 ``ended-<hostname>-<pid>.txt`` (a JSON header line) and points ``faulthandler`` at it, unless the
 script enabled ``faulthandler`` itself. A fatal signal during interpreter exit (gloo's teardown
 aborting, an ``os.abort()`` in an ``atexit`` handler) then leaves its Python stacks there, so the
-emulator can say that the process died *after* the script's last line (``emulator.exitdeaths``).
+emulator can say that the process died *after* the script's last line (``emulator.diagnostics.exitdeaths``).
 ``os._exit`` skips all of it, as it skips exit itself.
 
 Each hook writes ``exit-<hostname>-<pid>-<n>.json`` (kind, exception type and first line of its text,
 the innermost frame, rank, argv, time) and then does exactly what the original hook did. The
-emulator warns about these records when the job still ended ``Completed`` (``emulator.quiet``).
+emulator warns about these records when the job still ended ``Completed`` (``emulator.diagnostics.quiet``).
 A traceback that a script prints and handles itself (``traceback.print_exc()``,
 ``logging.exception``) does not go through these hooks and is not recorded: on purpose.
 """

@@ -79,8 +79,8 @@ def install() -> None:
     from _sm_emulator_importhook import when_imported
     from _sm_emulator_names import ENV_SHORT_TOOLKIT_SLEEPS, ENV_TOOLKIT_SKIPS_TORCH_IMPORT
 
-    _sm_emulator_stacks.install()  # debugging: stacks on request (emulator.stacks)
-    _sm_emulator_exits.install()  # debugging: abnormal ends (emulator.quiet)
+    _sm_emulator_stacks.install()  # debugging: stacks on request (emulator.diagnostics.stacks)
+    _sm_emulator_exits.install()  # debugging: abnormal ends (emulator.diagnostics.quiet)
     when_imported("torch", _on_torch)
     when_imported("torch", _on_torch_collectives)
     if os.environ.get(ENV_SHORT_TOOLKIT_SLEEPS) == "1":

@@ -38,16 +38,16 @@ STACKS_PREFIX = "stacks-"
 COLLECTIVES_PREFIX = "coll-"
 EXIT_PREFIX = "exit-"
 #: What a process asked ``init_process_group`` for, written before it blocks in the rendezvous
-#: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.rendezvous``).
+#: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.diagnostics.rendezvous``).
 RDZV_PREFIX = "rdzv-"
 #: Written by every Python process of a host once its main script (and its non-daemon threads) has
 #: ended: a JSON header line, then what ``faulthandler`` dumps if a fatal signal ends the process
-#: during interpreter exit (``_sm_emulator_exits``, ``emulator.exitdeaths``).
+#: during interpreter exit (``_sm_emulator_exits``, ``emulator.diagnostics.exitdeaths``).
 ENDED_PREFIX = "ended-"
 #: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
 #: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
-#: that wrote a stacks file (see ``emulator.stacks``).
+#: that wrote a stacks file (see ``emulator.diagnostics.stacks``).
 STACKS_SIGNAL = 57
 #: The DLC the job stands for ("the PyTorch 2.2.0 DLC"): named by a rank's hint when an import
 #: fails with ModuleNotFoundError (``_sm_emulator_exits``).

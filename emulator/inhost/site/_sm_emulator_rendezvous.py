@@ -9,7 +9,7 @@ world size asked for (the arguments, else ``RANK`` / ``WORLD_SIZE`` as torch's `
 them), the backend asked for, the master (from a ``tcp://`` init method, else ``MASTER_ADDR`` /
 ``MASTER_PORT``, with the address resolved through the host's ``/etc/hosts``, never DNS), the host, the pid,
 ``LOCAL_RANK`` and the launchers' variables (torchrun's, Open MPI's, ``NODE_RANK``), and whether
-Lightning is imported. The emulator's ``emulator.rendezvous`` reads these files while the job runs.
+Lightning is imported. The emulator's ``emulator.diagnostics.rendezvous`` reads these files while the job runs.
 
 Not reported: process groups created with an explicit ``store=`` (no master address; the store is
 named ``"store"``), ``new_group`` subgroups (they need no rendezvous of their own), and

@@ -2,7 +2,7 @@
 
 An unprivileged user namespace denies ``setgroups``, so the real ``sshd`` can neither switch to its
 privilege-separation user nor log anyone in. In such hosts the process backend bind-mounts a
-two-line wrapper over ``/usr/sbin/sshd`` that runs this program (``emulator/backends/sshd.py``), so
+two-line wrapper over ``/usr/sbin/sshd`` that runs this program (``emulator/backends/process/sshd.py``), so
 the SageMaker toolkit's ``subprocess.Popen(["/usr/sbin/sshd", "-D"])`` starts it unchanged. It
 speaks real SSH (paramiko, server side) on port 22 of the host's own network namespace; the
 mapped root of the job's user namespace may bind port 22 there. Everything that talks to ``sshd``

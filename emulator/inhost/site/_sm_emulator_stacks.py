@@ -7,7 +7,7 @@ runs. ``faulthandler.register(STACKS_SIGNAL, all_threads=True)`` installs a C ha
 signal it writes every thread's Python stack (innermost frame first; at most 100 frames and 100
 threads, as faulthandler does) to the file, even while a thread holds the GIL in a blocking C call
 (``all_reduce`` waiting on a peer), and the process goes on. The emulator sends the signal only
-before it stops a job (``emulator.stacks``).
+before it stops a job (``emulator.diagnostics.stacks``).
 
 File: ``<EMULATOR_DIAG_DIR>/stacks-<hostname>-<pid>.txt``, header line::
 

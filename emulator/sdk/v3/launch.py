@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...request import DEFAULT_REGION
+from ...job.request import DEFAULT_REGION
 from ..launch import emulator_options, import_all, patched_sdk
 
 #: Modules that bind ``Session`` at import (imported first so their binding is patched too).

@@ -37,8 +37,8 @@ import boto3
 from sagemaker.core.helper.session_helper import Session
 
 from ...inhost import protocol as P
-from ...profiles import EXACT
-from ...request import DEFAULT_REGION
+from ...job.profiles import EXACT
+from ...job.request import DEFAULT_REGION
 from ..aws import ROLE_ARN, answer_identity
 from ..client import EmulatedJob, EmulatorSageMakerClient, print_warnings
 from ..cwlogs import LogFeed
@@ -123,7 +123,7 @@ class EmulatorSession(Session):
         print_warnings(job, self._warnings_to)
 
     def wait_for_emulated_job(self, job_name: str, timeout: float | None = None) -> EmulatedJob:
-        """Block until the emulated job has ended (its :class:`~emulator.result.JobResult` is then
+        """Block until the emulated job has ended (its :class:`~emulator.job.result.JobResult` is then
         ``.result``)."""
         job = self.emulator_client.wait(job_name, timeout)
         if job.running:

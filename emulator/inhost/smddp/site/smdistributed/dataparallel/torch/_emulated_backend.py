@@ -74,7 +74,7 @@ BARRIER_ERROR = (
     "SMDDP does not support: barrier(device_ids=...) (documented: barrier takes device_ids, which the "
     "smddp backend does not support; emulated)"
 )
-#: What a warning line starts with (``emulator/smddp.py`` collects these lines from host logs).
+#: What a warning line starts with (``emulator/diagnostics/smddp_report.py`` collects these lines from host logs).
 WARNING = "smddp warning: "
 #: SMDDP's own (optimised) collectives; everything else falls back to NCCL in SMDDP 2.x.
 OPTIMISED = ("all_reduce", "all_gather", "all_gather_into_tensor")

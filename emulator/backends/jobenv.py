@@ -1,0 +1,296 @@
+"""The job's Python environment, when the source dir has a ``requirements.txt`` or the job names
+a ``framework_version`` (process backend).
+
+The toolkit installs ``requirements.txt`` with ``python -m pip install -r`` into the interpreter
+that runs it. Never the user's own environment: hosts run a *job environment* — a venv layered on
+the user's (a ``.pth`` puts the user's site-packages after the venv's), so the user's torch is
+reused and what the requirements add or pin wins. A ``framework_version`` adds the family's torch
+(and its pins, e.g. ``numpy<2``) to the venv first, so it shadows the user's torch as the DLC's
+would. Environments are cached by the hash of the requirements, the framework pins and the user's
+interpreter, prepared once under a file lock (parallel jobs and pytest-xdist workers share them).
+The hosts' own ``pip install`` then finds everything installed and needs no network. If the
+requirements fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install
+fails inside the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch
+cannot be installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would
+have had it).
+
+When the requirements replace a package the DLC pins (torch, numpy, torchvision, ...: the family's
+requirement, constraints and :attr:`~emulator.job.frameworks.Family.packages`), pip does so on
+SageMaker too (its ``pip install -r`` runs in the DLC). The environment records each replacement
+(package, both versions, the requirement that pulled it, from pip's ``Collecting X (from Y)``
+lines) and :func:`replacement_notes` says it once per job before the ranks start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from ..job.frameworks import Selection
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "envs"
+#: How long preparing one job environment may take.
+PREPARE_TIMEOUT = 1800
+
+
+def _user_site_paths() -> list[str]:
+    paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    user = site.getusersitepackages()
+    if isinstance(user, str) and os.path.isdir(user):
+        paths.append(user)
+    return paths
+
+
+#: Imported at start-up by every interpreter of a job environment (a ``.pth`` line): a ``pip
+#: install`` waits for the others. The hosts of one job share its environment, and each host's
+#: toolkit runs ``pip install -r requirements.txt`` at the same time; a local-folder requirement
+#: (``./pkg``) is rebuilt and reinstalled every time, and two concurrent reinstalls of it fail with
+#: an ``OSError``. On SageMaker each host has its own container. Held until the process exits; pip's
+#: own child interpreters (build isolation) inherit the marker and do not wait for their parent.
+_PIP_LOCK_MODULE = """\
+import os, sys
+_ARGV = getattr(sys, "orig_argv", [])  # python -m pip install ... / bin/pip install ...
+if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
+        and any(a == "pip" or a.endswith(("/pip", "/pip3")) for a in _ARGV[1:4])):
+    import fcntl
+    _LOCK = open(os.path.join(sys.prefix, ".sagemaker-emulator-pip.lock"), "a")
+    fcntl.flock(_LOCK, fcntl.LOCK_EX)
+    os.environ["_SM_EMULATOR_PIP_LOCKED"] = "1"
+"""
+
+def _create(venv: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "_sagemaker_emulator_user_site.pth").write_text("\n".join(_user_site_paths()) + "\n")
+    Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
+    Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
+    # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
+    # sm_train.sh needs `command -v pip`; its drivers run `torchrun` from PATH, whose ranks must
+    # see what the requirements installed).
+    for name, module in (("pip", "pip"), ("pip3", "pip"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{python}\nimport runpy, sys\nsys.argv[0] = {name!r}\n"
+                          f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+        script.chmod(0o755)
+    return python
+
+
+#: Changes when what a job environment holds changes (so older cached ones are not reused).
+LAYOUT = b"3"
+
+
+def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
+    """``requirements`` if given (SDK v3's ``SourceCode.requirements``), else the toolkit's
+    ``<source_dir>/requirements.txt``; None when there is none."""
+    req = requirements if requirements is not None else (
+        source_dir / "requirements.txt" if source_dir.is_dir() else None)
+    return req if req is not None and req.is_file() else None
+
+
+def framework_pins(selection: Selection | None) -> tuple[str, ...]:
+    """What a job environment installs for ``selection``: the family's torch and its pins
+    (nothing for no framework or ``current``: the user's torch)."""
+    if selection is None or selection.family is None:
+        return ()
+    return (selection.family.requirement, *selection.family.constraints)
+
+
+def _key(req: Path | None, pins: tuple[str, ...] = ()) -> str:
+    data = LAYOUT + (req.read_bytes() if req is not None else b"") + sys.prefix.encode() + sys.version.encode()
+    if pins:  # keys of environments without a framework stay what they were
+        data += b"\0framework\0" + "\n".join(pins).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def interpreter(source_dir: Path, requirements: Path | None = None, *, framework: tuple[str, ...] = ()) -> str:
+    """The interpreter a job whose source is ``source_dir`` runs with (reads only): this one, or
+    the cached job environment's when there is a requirements file or ``framework`` pins."""
+    req = requirements_of(source_dir, requirements)
+    if req is None and not framework:
+        return sys.executable
+    return str(CACHE / _key(req, framework) / "bin" / "python")
+
+
+def is_ready(python: str) -> bool:
+    """Whether ``python`` (from :func:`interpreter`) can run now: this interpreter, or a job
+    environment :func:`prepare` has finished."""
+    return Path(python) == Path(sys.executable) or (Path(python).parent.parent / ".ready").is_file()
+
+
+def torch_version(python: str) -> str | None:
+    """The torch release ``python`` imports (a job environment's own, else the user's), read from
+    the installed distributions' metadata (reads only; None: no torch)."""
+    from importlib import metadata
+
+    venv = Path(python).parent.parent
+    if Path(python) != Path(sys.executable) and (venv / "pyvenv.cfg").is_file():
+        for dist in metadata.distributions(path=[str(p) for p in venv.glob("lib/python*/site-packages")]):
+            if (dist.metadata["Name"] or "").lower() == "torch":
+                return dist.version
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pip(python: Path, args: list[str], log: Path, cwd: Path, env: Mapping[str, str] | None) -> int:
+    with open(log, "ab") as out:
+        return subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", *args],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=cwd, timeout=PREPARE_TIMEOUT,
+                              check=False, env=None if env is None else dict(env)).returncode
+
+
+#: Where a job environment records what its requirements replaced (a JSON list).
+REPLACED = ".sagemaker-emulator-replaced.json"
+#: Packages watched when no family is named (``current``): what every DLC pins.
+_ALWAYS_WATCHED = ("torch", "numpy", "torchvision", "torchaudio", "sagemaker-training", "sagemaker-pytorch-training",
+                   "mpi4py")
+
+
+def _dist_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else ""
+
+
+def watched(framework: tuple[str, ...]) -> tuple[str, ...]:
+    """Distributions whose replacement by the requirements is reported: the DLC's pins."""
+    from ..job import frameworks
+
+    names = [*_ALWAYS_WATCHED, *(_dist_name(r) for r in framework)]
+    for fam in frameworks.FAMILIES:
+        if framework and fam.requirement == framework[0]:
+            names += fam.packages
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def _versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
+    code = ("import json, sys\nfrom importlib import metadata\nout = {}\nfor n in sys.argv[1:]:\n"
+            "    try:\n        out[n] = metadata.version(n)\n    except metadata.PackageNotFoundError:\n"
+            "        pass\nprint(json.dumps(out))\n")
+    done = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True, check=False,
+                          timeout=120)
+    try:
+        result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    return result
+
+
+def replacements(before: Mapping[str, str], after: Mapping[str, str], pip_output: str) -> list[dict[str, str]]:
+    """What changed between ``before`` and ``after`` (``{distribution: version}``), each with the
+    requirement that pulled it: the ``from`` chain of pip's ``Collecting <name>... (from <chain>)``
+    line (pip prints it for every requirement it resolves), else ``requirements.txt``."""
+    out = []
+    for name, old in before.items():
+        new = after.get(name)
+        if new is None or _release(new) == _release(old):
+            continue
+        pulled = "requirements.txt"
+        for line in pip_output.splitlines():
+            # "Collecting torch>=2 (from ...)"; a local file: "Processing ./torch-2.8.0-....whl (from ...)"
+            match = re.match(r"\s*(?:Collecting|Processing)\s+(\S+).*?\(from (.+)\)\s*$", line)
+            if match and _dist_name(_requirement_of(match.group(1))) == name:
+                pulled = match.group(2)
+                break
+        out.append({"package": name, "before": old, "after": new, "pulled_by": pulled})
+    return out
+
+
+def _requirement_of(token: str) -> str:
+    """A requirement as pip logs it, or the distribution name of a wheel/sdist path it processes."""
+    base = token.rsplit("/", 1)[-1]
+    if base.endswith((".whl", ".tar.gz", ".zip")):
+        match = re.match(r"(.+?)-\d", base)
+        return match.group(1) if match else base
+    return token
+
+
+def _release(version: str) -> str:
+    return version.split("+")[0]
+
+
+def replacement_notes(python: str) -> list[str]:
+    """What the job environment of ``python`` replaced of the DLC's packages, for people (empty
+    for this interpreter or nothing replaced)."""
+    path = Path(python).parent.parent / REPLACED
+    try:
+        items = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    notes = []
+    for item in items:
+        what = "upgraded" if _newer(item["after"], item["before"]) else "downgraded"
+        meaning = (" On SageMaker the same pip step does the same in the DLC: SMDDP, the DLC's CUDA/NCCL build and "
+                   f"its other packages were built for torch {item['before']}, so the job runs on a torch the DLC was "
+                   "not made for; pin what pulled it to keep the DLC's torch." if item["package"] == "torch" else
+                   " On SageMaker the same pip step does the same in the DLC; packages built against "
+                   f"{item['package']} {item['before']} may not work with it.")
+        notes.append(f"requirements.txt {what} the DLC's {item['package']} {item['before']} to {item['after']} "
+                     f"(pulled by {item['pulled_by']}).{meaning}")
+    return notes
+
+
+def _newer(a: str, b: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", _release(v))[:4])
+    return key(a) > key(b)
+
+
+def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | None = None,
+            env: Mapping[str, str] | None = None, framework: tuple[str, ...] = ()) -> tuple[str, bool]:
+    """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
+
+    Without a ``requirements.txt`` or ``framework`` pins: this interpreter, nothing to do. Else the
+    cached job environment's interpreter (:func:`interpreter`), installing the pins and then the
+    requirements first if needed (output to ``log``; pip runs with ``env``: the supervisor passes
+    the hosts' environment, so nothing of the caller's reaches it; default: this process's).
+    Raises :class:`~emulator.errors.BackendUnavailable` when the pins cannot be installed.
+    """
+    req = requirements_of(source_dir, requirements)
+    if req is None and not framework:
+        return sys.executable, True
+    cwd = req.parent if req is not None else source_dir
+    key = _key(req, framework)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    venv = CACHE / key
+    with open(CACHE / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".ready").exists():
+            return str(venv / "bin" / "python"), True
+        shutil.rmtree(venv, ignore_errors=True)
+        python = _create(venv)
+        if framework and _pip(python, list(framework), log, cwd, env) != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise BackendUnavailable(f"could not install {' '.join(framework)} into the job environment "
+                                     f"(the DLC's torch); pip's output: {log}")
+        names = watched(framework)
+        before = _versions(python, names) if req is not None else {}
+        start = log.stat().st_size if log.exists() else 0
+        if req is None or _pip(python, ["-r", str(req)], log, cwd, env) == 0:
+            if req is not None:
+                with open(log, "rb") as out:
+                    out.seek(start)
+                    output = out.read().decode(errors="replace")
+                changed = replacements(before, _versions(python, names), output)
+                (venv / REPLACED).write_text(json.dumps(changed))
+            (venv / ".ready").touch()
+            return str(python), True
+        shutil.rmtree(venv, ignore_errors=True)
+    throwaway = scratch / "jobenv"
+    return str(_create(throwaway)), False

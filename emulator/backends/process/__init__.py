@@ -1,0 +1,1 @@
+"""The process backend: hosts as namespaced process trees on this machine."""

@@ -1,0 +1,586 @@
+"""Process backend: each emulated host is a set of Linux namespaces on this machine.
+
+Per job, ``unshare`` makes a user (when not root), network and PID namespace whose PID 1 is
+:mod:`.nsagent`; it holds a bridge. Per host, ``unshare --net`` + ``bwrap`` add network, UTS,
+mount and PID namespaces: hostname ``algo-N``; ``eth0`` (one end of a veth pair on the job's
+bridge) with its own address; ``/opt/ml`` bind-mounted at its real path; private ``/etc/hosts``,
+``/etc/environment`` and ``/tmp``; ``~/.aws`` hidden; a fresh ``/proc``. The host's command is
+PID 1 of its PID namespace, as a container's entrypoint is: SIGTERM from outside reaches it only
+if it handles SIGTERM (as ``docker stop`` on SageMaker), and killing it kills every process the
+host started, including those in new sessions.
+
+The "image" is this machine: the job's interpreter (yours, or a venv layered on it for
+``requirements.txt``) with its scripts on ``PATH``, the system's tools, and an environment built
+from an allowlist (see :mod:`emulator.job.plan`): ``PATH``, ``HOME``, ``LD_LIBRARY_PATH`` (when set;
+your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
+
+``sshd`` in every host (:mod:`.sshd`), for the MPI family's ``mpirun`` over ssh: OpenSSH's as
+root; not root, a stand-in speaking real SSH, mounted over ``/usr/sbin/sshd`` (an unprivileged
+user namespace cannot run OpenSSH's).
+
+Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
+and kernel are shared with this machine; CPU and memory limits of the instance type are not
+applied; ``SM_NUM_CPUS`` is this machine's CPU count.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import platform
+import pwd
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...console import RAW_SUFFIX
+from ...errors import BackendUnavailable, EmulatorError, RequestError
+from ...inhost import ROOT as INHOST_ROOT
+from ...inhost import protocol as P
+from ..base import HostLaunch, KeptHosts, LaunchSpec, Mount, Runtime, diag_folder, host_addresses, hosts_file
+from . import sshd
+
+if TYPE_CHECKING:
+    from ...job.plan import JobPlan
+    from ...job.request import JobRequest
+
+#: How long the agent may take to set up the job network and to start one host.
+AGENT_START_TIMEOUT = 20.0
+HOST_START_TIMEOUT = 30.0
+TOOLS = ("unshare", "nsenter", "ip", "bwrap")
+#: On the namespace agent's command line, followed by its emulator's ``PID:START``.
+AGENT_OWNER_FLAG = "--owner"
+#: On the namespace agent's command line, followed by the job's backend scratch folder: ``reap JOB_DIR``
+#: finds a kept agent whose emulator was killed before it wrote the kept record (:mod:`emulator.kept.records`).
+AGENT_SCRATCH_FLAG = "--scratch"
+#: The ``PATH`` of the "image" after the interpreter's scripts (Debian's default, as in a DLC).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Variables of this machine that the "image" keeps, because the interpreter may need them.
+IMAGE_VARIABLES = ("LD_LIBRARY_PATH",)
+#: ``AlgorithmSpecification.TrainingImage`` of a job that names no image (no image runs).
+TRAINING_IMAGE = "emulator:process"
+
+
+def train_script() -> Path:
+    """The ``train`` console script of the sagemaker-training toolkit installed here."""
+    import sysconfig
+
+    return Path(sysconfig.get_path("scripts")) / "train"
+
+
+class ProcessHost:
+    """Handle of one host (its PID 1 lives in the agent's PID namespace)."""
+
+    def __init__(self, job: ProcessJob, launch: HostLaunch, index: int) -> None:
+        self.name = launch.name
+        self.launch = launch
+        self.index = index
+        self._job = job
+        self.ns_pid: int | None = None  # PID 1 of the host, as the agent sees it
+        self.status: int | None = None  # exit status of PID 1 (128+N: killed by signal N)
+        self.sent: set[int] = set()  # fatal signals the emulator delivered
+
+    def poll(self) -> P.HostExit | None:
+        self._job.pump()
+        return None if self.status is None else P.exit_of(self.status, self.sent)
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.status is not None or self._job._kept:  # kept: handed off, stays frozen
+            return
+        if sig not in (signal.SIGSTOP, signal.SIGCONT):
+            self.sent.add(int(sig))
+        if sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGKILL):
+            for pid in self.pids():  # every process, not only PID 1
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        else:
+            self._job.send({"op": "signal", "host": self.name, "sig": int(sig)})
+
+    def pids(self) -> list[int]:
+        """Machine-level PIDs of every process in this host."""
+        root = self.root_pid()
+        return [] if root is None else namespace_pids(root)
+
+    def root_pid(self) -> int | None:
+        """The machine-level PID of the host's PID 1."""
+        if self.ns_pid is None or self._job.agent_pid is None:
+            return None
+        try:
+            agent_ns = os.readlink(f"/proc/{self._job.agent_pid}/ns/pid")
+        except OSError:
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            nspids = P.proc_nspids(int(entry))
+            if len(nspids) >= 3 and nspids[1] == self.ns_pid and nspids[2] == 1:
+                stat = P.proc_stat(int(entry))
+                try:
+                    if stat is not None and os.readlink(f"/proc/{stat.ppid}/ns/pid") == agent_ns:
+                        return int(entry)
+                except OSError:
+                    continue
+        return None
+
+
+class ProcessJob:
+    """A running job on the process backend (its agent and hosts)."""
+
+    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen[str]) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.agent_pid: int | None = None
+        self.hosts: dict[str, ProcessHost] = {}
+        self._events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._closed = False
+        self._kept = False
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self._events.put(json.loads(line))
+            except ValueError:
+                continue
+        self._events.put({"event": "agent-exit"})
+
+    def send(self, cmd: Mapping[str, Any]) -> None:
+        if self._closed or self.proc.poll() is not None:
+            return
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _apply(self, event: dict[str, Any]) -> dict[str, Any]:
+        kind = event.get("event")
+        host = self.hosts.get(event.get("host", ""))
+        if kind == "started" and host is not None:
+            host.ns_pid = int(event["pid"])
+        elif kind == "exited" and host is not None:
+            host.status = int(event["code"])  # bwrap reports a PID 1 killed by signal N as 128+N
+            if event.get("error"):
+                with open(host.launch.log_path, "a") as log:
+                    log.write(f"[emulator] {host.name} could not start: {event['error']}\n")
+        elif kind == "agent-exit":
+            for h in self.hosts.values():
+                if h.status is None:
+                    h.sent.add(signal.SIGKILL)
+                    h.status = P.status_of_signal(signal.SIGKILL)
+        return event
+
+    def pump(self) -> None:
+        while True:
+            try:
+                self._apply(self._events.get_nowait())
+            except queue.Empty:
+                return
+
+    def wait_event(self, kinds: set[str], timeout: float, host: str | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EmulatorError(f"timed out after {timeout:.0f} s waiting for the namespace agent "
+                                    f"({'/'.join(sorted(kinds))}{' of ' + host if host else ''})")
+            try:
+                event = self._apply(self._events.get(timeout=remaining))
+            except queue.Empty:
+                continue
+            if event.get("event") in ("fatal", "agent-exit"):
+                raise EmulatorError(f"namespace agent failed: {event.get('message', 'exited')}")
+            if event.get("event") == "error":
+                raise EmulatorError(f"namespace agent: {event.get('message')}")
+            if event.get("event") in kinds and (host is None or event.get("host") == host):
+                return event
+
+    def disconnect(self, host: str) -> None:
+        self.send({"op": "disconnect", "host": host, "index": self.hosts[host].index})
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        root = self.hosts[host].root_pid()
+        if root is None:
+            raise EmulatorError(f"{host} is not running")
+        return nsenter_argv(root, argv)
+
+    def keep(self) -> dict[str, Any]:
+        """Freeze the hosts that still run (SIGSTOP to every process) and hand the agent off: it
+        stays after this process exits (see :mod:`.nsagent`). Returns the agent's and each kept
+        host's machine-level PID and start time (what ``emulator.kept.records`` finds them by)."""
+        self.pump()
+        kept: dict[str, Any] = {}
+        for name, h in self.hosts.items():
+            root = h.root_pid() if h.poll() is None else None
+            stat = P.proc_stat(root) if root is not None else None
+            if stat is not None:
+                h.signal(signal.SIGSTOP)
+                kept[name] = {"pid": root, "start_time": stat.start_time}
+        agent = P.proc_stat(self.agent_pid) if self.agent_pid is not None else None
+        if not kept or agent is None or self._closed:
+            return {"hosts": {}}
+        self.send({"op": "keep", "log": str(self.spec.scratch / "kept-agent.log")})
+        self.wait_event({"kept"}, AGENT_START_TIMEOUT)
+        self._kept = True
+        return {"hosts": kept, "agent": {"pid": agent.pid, "start_time": agent.start_time},
+                "user_namespace": os.geteuid() != 0}
+
+    def teardown(self, grace: float) -> None:
+        if self._closed:
+            return
+        if not self._kept:  # (a kept job's agent is released below and outlives us: see keep)
+            self.pump()
+            for h in self.hosts.values():
+                h.signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and any(h.poll() is None for h in self.hosts.values()):
+                time.sleep(0.05)
+            for h in self.hosts.values():
+                if h.poll() is None:
+                    h.sent.add(signal.SIGKILL)  # the agent's exit kills every host
+            self.send({"op": "exit"})
+        self._closed = True
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        if not self._kept:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.pump()
+        _LIVE.discard(self)
+
+
+_LIVE: set[ProcessJob] = set()
+
+
+def _backstop() -> None:
+    for job in list(_LIVE):
+        job.teardown(0)
+
+
+atexit.register(_backstop)
+
+
+class ProcessBackend:
+    """Linux-namespace hosts; see the module docstring."""
+
+    name = "process"
+    fast_start = True  # ranks may fork from a pre-imported interpreter (emulator/job/profiles.py)
+    shares_machine_filesystem = True  # outside the spec's mounts and /tmp, a host sees this machine's files
+
+    def check(self) -> None:
+        missing = [t for t in TOOLS if shutil.which(t) is None]
+        if missing:
+            raise BackendUnavailable(
+                f"the process backend needs {', '.join(missing)} (Debian: util-linux, iproute2, "
+                "bubblewrap); install them or use --backend docker")
+        if sys.platform != "linux":
+            raise BackendUnavailable("the process backend needs Linux namespaces; use --backend docker")
+        probe = subprocess.run([*self._unshare_prefix(), "true"], capture_output=True, text=True, check=False)
+        if probe.returncode != 0:
+            raise BackendUnavailable(
+                "this machine does not allow the namespaces the process backend needs "
+                f"({probe.stderr.strip() or 'unshare failed'}); user namespaces may be disabled "
+                "(sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone). "
+                "Use --backend docker instead.")
+
+    def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
+        """This machine as the image: ``python`` (default: this interpreter) runs the toolkit's
+        ``train`` script installed here; its scripts (``torchrun``) come first on ``PATH``."""
+        python = python or sys.executable
+        train = train_script()
+        scripts = list(dict.fromkeys([str(Path(python).parent), str(train.parent)]))
+        base = {"HOME": _home()}
+        base.update({k: os.environ[k] for k in IMAGE_VARIABLES if os.environ.get(k)})
+        spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
+        return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
+                       base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
+                       gethostname_so=spec.origin if spec is not None else None,
+                       toolkit=_toolkit()[0], training_image=TRAINING_IMAGE)
+
+    # -- framework_version: this machine's interpreter with the DLC's torch (emulator/job/frameworks.py)
+    def job_python(self, request: JobRequest) -> str | None:
+        from .. import jobenv
+
+        _refuse(request)
+        return jobenv.interpreter(request.source_dir, request.requirements_file,
+                                  framework=jobenv.framework_pins(request.framework))
+
+    def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
+        """Refuse a framework whose torch has no wheel for this interpreter; say when the job
+        environment with the framework's torch is made first (``prepare_python`` makes it)."""
+        from .. import jobenv
+
+        python = self.job_python(request)
+        pins = jobenv.framework_pins(request.framework)
+        if pins and python and not jobenv.is_ready(python):
+            say(f"framework_version {request.framework_version or request.image_uri}: installing "
+                f"{' '.join(pins)} into a job environment (once; pip's output: logs/jobenv.log)")
+        return []
+
+    def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        from .. import jobenv
+
+        return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env,
+                              framework=jobenv.framework_pins(request.framework))[0]
+
+    @staticmethod
+    def framework(plan: JobPlan) -> dict[str, Any]:
+        """``Emulator.Framework``: this interpreter's Python and toolkits, and the torch the job
+        environment holds (the framework's, once the environment is made)."""
+        from ...job import frameworks
+        from .. import jobenv
+
+        selection = plan.request.framework
+        python = plan.runtime.python
+        torch = jobenv.torch_version(python) if jobenv.is_ready(python) else \
+            selection.family.torch if selection is not None and selection.family is not None else None
+        return frameworks.record(selection, torch=torch, python=platform.python_version(), toolkit=_toolkit(),
+                                 python_from="this machine's interpreter")
+
+    def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
+        from ..materialise import host_mounts
+
+        addresses = host_addresses(P.JOB_SUBNET, [h.name for h in plan.hosts])
+        etc_hosts = hosts_file(addresses)
+        diag = Mount(diag_folder(scratch), P.DIAG_DIR)
+        launches = []
+        for host in plan.hosts:
+            env = {**host.env, "HOSTNAME": host.name, "PWD": P.CODE_DIR}  # bwrap --chdir sets PWD
+            mounts = (*host_mounts(plan, host.name), diag)
+            partial = HostLaunch(name=host.name, address=addresses[host.name], command=tuple(host.command),
+                                 env=env, workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
+                                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=())
+            argv = bwrap_argv(partial, scratch)
+            launches.append(HostLaunch(**{**partial.__dict__, "argv": tuple(argv)}))
+        return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),
+                          scratch=scratch, options={"python": plan.runtime.python, "user_namespace": os.geteuid() != 0,
+                                                    "sshd": "openssh" if sshd.available() else
+                                                    "stand-in" if sshd.standin_used() else None,
+                                                    "framework": self.framework(plan),
+                                                    # the agent's command line names its job and emulator
+                                                    "agent": {AGENT_SCRATCH_FLAG: str(scratch),
+                                                              AGENT_OWNER_FLAG: _owner()},
+                                                    **({"ssh": {"made_at_start_in": str(scratch / sshd.SUBDIR)}}
+                                                       if sshd.available() or sshd.standin_used() else {}),
+                                                    **_pending(plan.runtime.python)})
+
+    @staticmethod
+    def _unshare_prefix() -> list[str]:
+        user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+        return ["unshare", *user, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc"]
+
+    def start(self, spec: LaunchSpec) -> ProcessJob:
+        if spec.options.get("sshd"):
+            for home in sorted({h.env.get("HOME", "") for h in spec.hosts}):
+                sshd.prepare(spec.scratch, python=spec.options["python"], env_home=home or None)
+        for host in spec.hosts:
+            _write_etc(spec.scratch / host.name, host)
+            for m in host.mounts:
+                if not m.read_only:
+                    m.source.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(
+            [*self._unshare_prefix(), sys.executable, "-S", "-E", "-s", str(Path(__file__).with_name("nsagent.py")),
+             *(a for flag_value in spec.options["agent"].items() for a in flag_value)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1,
+            start_new_session=True)
+        running = ProcessJob(spec, proc)
+        _LIVE.add(running)
+        try:
+            running.wait_event({"ready"}, AGENT_START_TIMEOUT)
+            running.agent_pid = self._agent_root_pid(proc.pid)
+            prefix = spec.subnet.split("/")[1]
+            for index, host in enumerate(spec.hosts, start=1):
+                running.hosts[host.name] = ProcessHost(running, host, index)
+                running.send({"op": "start", "host": host.name, "index": index,
+                              "cidr": f"{host.address}/{prefix}", "argv": list(host.argv),
+                              "env": dict(host.env), "log": str(host.log_path)})
+                running.wait_event({"started", "exited"}, HOST_START_TIMEOUT, host=host.name)
+        except BaseException:
+            running.teardown(0)
+            raise
+        return running
+
+    # -- kept hosts and what killed runs left (emulator/kept/records.py, emulator/kept/reap.py) -------------------
+    def attach(self, record: Mapping[str, Any]) -> KeptHosts:
+        from .kept import ProcessKeptHosts
+
+        return ProcessKeptHosts(record)
+
+    def reap_leftovers(self, scratch: Path, *, job_name: str, owner_pid: int) -> list[str]:
+        from .kept import reap_agents_below
+
+        return reap_agents_below(scratch, job_name=job_name, owner_pid=owner_pid)
+
+    def reap_orphans(self) -> list[str]:
+        from .kept import reap_orphan_agents
+
+        return reap_orphan_agents()
+
+    @staticmethod
+    def _agent_root_pid(unshare_pid: int) -> int | None:
+        try:
+            children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+            return int(children[0]) if children else None
+        except (OSError, ValueError):
+            return None
+
+
+def namespace_pids(root: int) -> list[int]:
+    """Machine-level PIDs of every process in the PID namespace of process ``root``."""
+    try:
+        target = os.readlink(f"/proc/{root}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == target:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return sorted(out)
+
+
+def nsenter_argv(root: int, argv: Sequence[str], *, workdir: bool = False) -> list[str]:
+    """An argv that runs ``argv`` in the namespaces of the host whose PID 1 is machine PID
+    ``root``; as an ordinary user, in the job's user namespace too (as its uid 0; not ``--all``:
+    the cgroup and time namespaces are this machine's, which a user namespace may not re-enter).
+    ``workdir``: start in the cwd of ``root`` (the host's ``/opt/ml/code``), else in ``/``."""
+    user = ["-U", "--preserve-credentials"] if os.geteuid() else []
+    return ["nsenter", "-t", str(root), *user, "-n", "-u", "-m", "-p", "-i", *(["-w"] if workdir else []), *argv]
+
+
+def _owner() -> str:
+    """``PID:START`` of this process: on the agent's command line, so ``reap`` can tell a kept
+    agent whose emulator is gone (see :mod:`emulator.kept.records`)."""
+    stat = P.proc_stat(os.getpid())
+    return f"{os.getpid()}:{stat.start_time if stat else 0}"
+
+
+def _home() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_dir
+
+
+def _pending(python: str) -> dict[str, list[str]]:
+    """``plan``'s note when the job environment is not made yet (``prepare_python`` makes it)."""
+    from .. import jobenv
+
+    if jobenv.is_ready(python):
+        return {}
+    return {"pending": [f"the job environment {Path(python).parent.parent} is made before the job starts "
+                        "(the framework's torch, then the requirements)"]}
+
+
+def _toolkit() -> tuple[str | None, str | None]:
+    """The sagemaker-training and sagemaker-pytorch-training releases installed here."""
+    from importlib import metadata
+
+    out: list[str | None] = []
+    for name in ("sagemaker-training", "sagemaker-pytorch-training"):
+        try:
+            out.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            out.append(None)
+    return out[0], out[1]
+
+
+def _refuse(request: JobRequest) -> None:
+    """RequestError, before anything starts, for a framework whose torch has no wheel for this
+    interpreter (torch 1.12 on Python 3.11), naming both versions and ``--backend docker``."""
+    from ...job import frameworks
+
+    selection = request.framework
+    why = frameworks.process_refusal(selection, sys.version_info[:2], platform.python_version())
+    if why is not None and selection is not None:
+        here = sys.version_info[:2]
+        runnable = [f.name for f in frameworks.FAMILIES if f.runs_on(here)]
+        raise RequestError(frameworks.FIELD_VERSION if selection.source == frameworks.FIELD_VERSION
+                           else frameworks.FIELD_IMAGE, why,
+                           allowed=f"on the process backend with Python {here[0]}.{here[1]}: "
+                                   f"{', '.join(runnable)}, {frameworks.CURRENT}; any with --backend docker")
+
+
+def _write_etc(folder: Path, host: HostLaunch) -> None:
+    """The host's private ``/etc/hosts``, ``/etc/hostname`` and ``/etc/environment`` files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hosts").write_text(host.hosts_file)
+    (folder / "hostname").write_text(host.name + "\n")
+    env_file = folder / "environment"
+    if Path("/etc/environment").is_file():
+        shutil.copyfile("/etc/environment", env_file)
+    else:
+        env_file.write_text("")
+
+
+def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
+    """The command line that makes ``host`` (see the module docstring). Pure: the files it names
+    under ``scratch`` (``<host>/hosts``, ``hostname``, ``environment``; the ssh material) are
+    written by ``start``."""
+    etc = scratch / host.name
+    # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
+    # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
+    argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
+            "--unshare-ipc", "--hostname", host.name, "--die-with-parent", "--as-pid-1",
+            "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+            "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
+            "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
+    for keep in _tmp_passthrough(host):
+        argv += ["--dev-bind", keep, keep]
+    if Path("/etc/environment").is_file():
+        argv += ["--bind", str(etc / "environment"), "/etc/environment"]
+    if not Path(P.OPT_ML).is_dir():
+        argv += ["--tmpfs", "/opt"]
+        for entry in sorted(Path("/opt").iterdir()) if Path("/opt").is_dir() else []:
+            if entry.is_symlink():
+                argv += ["--symlink", os.readlink(entry), str(entry)]
+            else:
+                argv += ["--dev-bind", str(entry), str(entry)]
+    for m in host.mounts:
+        argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+    aws = Path(_home()) / ".aws"
+    if aws.exists() and host.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
+        argv += ["--tmpfs", str(aws)]
+    # sshd per host for the MPI family: OpenSSH's as root, else the stand-in (emulator/backends/process/sshd.py)
+    argv += sshd.mount_args(scratch, env_home=host.env.get("HOME"))
+    argv += ["--chdir", host.workdir, "--", *host.command]
+    return argv
+
+
+def _tmp_passthrough(host: HostLaunch) -> list[str]:
+    """Top-level ``/tmp/*`` folders the host needs although its ``/tmp`` is private: the
+    interpreter, its packages, and what ``PATH``/``PYTHONPATH`` name (e.g. a venv or a clone
+    that lives under ``/tmp``)."""
+    tmp = os.path.realpath("/tmp")
+    candidates = [*sys.path, sys.prefix, sys.base_prefix, host.command[0] if host.command else "",
+                  *host.env.get("PATH", "").split(":"), *host.env.get("PYTHONPATH", "").split(":")]
+    keep: set[str] = set()
+    for path in candidates:
+        if not path or not os.path.isabs(path):
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(tmp + "/"):
+            top = os.path.join(tmp, real[len(tmp) + 1:].split("/")[0])
+            if os.path.exists(top):
+                keep.add(top)
+    return sorted(keep)
