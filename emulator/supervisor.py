@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
-from .backends import DEFAULT_BACKEND, choose, get_backend, materialise
+from .backends import DEFAULT_BACKEND, choose, get_backend, jobenv, materialise
 from .backends.base import Backend, JobHandle, LaunchSpec, SubnetTaken, diag_folder
 from .console import LogTailer, display_log, paint
 from .description import LAUNCH_SPEC_FILE, FirstFailure, describe, failure_reason
@@ -287,9 +287,7 @@ class _JobRun:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
             if python is not None:  # once per job, before any rank starts
-                from .backends.jobenv import replacement_notes
-
-                for note in replacement_notes(python):
+                for note in jobenv.replacement_notes(python):
                     self._say(f"warning: {note}")
                     self.prepare_warnings.append(note)
             self._enter("Downloading")
