@@ -4,22 +4,26 @@ Per job, ``unshare`` makes a user (when not root), network and PID namespace who
 :mod:`.nsagent`; it holds a bridge. Per host, ``unshare --net`` + ``bwrap`` add network, UTS,
 mount and PID namespaces: hostname ``algo-N``; ``eth0`` (one end of a veth pair on the job's
 bridge) with its own address; ``/opt/ml`` bind-mounted at its real path; private ``/etc/hosts``,
-``/etc/environment`` and ``/tmp``; ``~/.aws`` hidden; a fresh ``/proc``. The host's command is
+``/etc/environment`` and ``/tmp``; a fresh ``/proc``. A container's filesystem, not this machine's:
+the system folders (:data:`SYSTEM_FOLDERS`, ``/opt``) read-only, ``HOME=/root`` an empty tmpfs of
+its own, and of the rest of this machine (``/home``, ``/root``, project folders) only what the host
+runs (:func:`needed_paths`: the job's interpreter and packages, read-only; its job environment,
+writable; the in-host code), so none of the caller's files (``~/.netrc``, ``~/.aws``, tokens). The host's command is
 PID 1 of its PID namespace, as a container's entrypoint is: SIGTERM from outside reaches it only
 if it handles SIGTERM (as ``docker stop`` on SageMaker), and killing it kills every process the
 host started, including those in new sessions.
 
 The "image" is this machine: the job's interpreter (yours, or a venv layered on it for
 ``requirements.txt``) with its scripts on ``PATH``, the system's tools, and an environment built
-from an allowlist (see :mod:`emulator.plan`): ``PATH``, ``HOME``, ``LD_LIBRARY_PATH`` (when set;
-your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
+from an allowlist (see :mod:`emulator.plan`): ``PATH``, ``HOME=/root``, ``LD_LIBRARY_PATH`` (when
+set; your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
 
 ``sshd`` in every host (:mod:`.sshd`), for the MPI family's ``mpirun`` over ssh: OpenSSH's as
 root; not root, a stand-in speaking real SSH, mounted over ``/usr/sbin/sshd`` (an unprivileged
 user namespace cannot run OpenSSH's).
 
-Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
-and kernel are shared with this machine; CPU and memory limits of the instance type are not
+Not emulated: the user's Python and this machine's system folders (read-only, where a
+container's are writable) and kernel are shared with this machine; CPU and memory limits of the instance type are not
 applied; ``SM_NUM_CPUS`` is this machine's CPU count.
 """
 
