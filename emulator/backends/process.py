@@ -338,8 +338,12 @@ class ProcessBackend:
         return []
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        """The job environment, made on this machine as the caller: pip runs with the hosts'
+        environment but the caller's own ``HOME`` (its pip configuration and cache), not the hosts'."""
         from .. import jobenv
 
+        if env.get("HOME") == CONTAINER_HOME:
+            env = {**env, "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
         return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env,
                               framework=jobenv.framework_pins(request.framework))[0]
 
