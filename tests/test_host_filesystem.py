@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,13 +168,15 @@ def test_home_is_empty_and_per_host(tmp_path: Path) -> None:
     """``HOME`` is ``/root``, empty but for the cluster's ``.ssh`` (what the MPI family needs) and
     the folders of the job's interpreter that live there; what a rank writes into it stays in its
     own host."""
+    mine = f"mine-{uuid.uuid4().hex[:8]}"
     src = tmp_path / "src"
     src.mkdir()
     (src / "train.py").write_text(
         "import json, os, socket\nhome = os.path.expanduser('~')\nbefore = sorted(os.listdir(home))\n"
-        "open(os.path.join(home, 'mine'), 'w').write(socket.gethostname())\n"
+        f"mine = {mine!r}\n"
+        "open(os.path.join(home, mine), 'w').write(socket.gethostname())\n"
         "print('HOME ' + json.dumps({'home': home, 'before': before, 'after': sorted(os.listdir(home)),"
-        " 'mine': open(os.path.join(home, 'mine')).read()}), flush=True)\n")
+        " 'mine': open(os.path.join(home, mine)).read()}), flush=True)\n")
     result = emulator.run(entry_point="train.py", source_dir=src, instance_count=2, output_path=tmp_path / "out",
                           job_name="host-home", echo=False, stop_grace=2)
     assert result.status == "Completed", result.failure_reason
@@ -183,9 +186,9 @@ def test_home_is_empty_and_per_host(tmp_path: Path) -> None:
         [seen] = marked_json(result.log(host), "HOME ")
         assert seen["home"] == "/root"
         assert set(seen["before"]) <= allowed, seen
-        assert "mine" not in seen["before"] and seen["mine"] == host
+        assert mine not in seen["before"] and seen["mine"] == host
     for home in _caller_homes():
-        assert not Path(home, "mine").exists()
+        assert not Path(home, mine).exists()
 
 
 def _interpreter_paths() -> list[str]:
