@@ -238,9 +238,6 @@ def run_one(scenario: Scenario, *, work: Path, backend: str = "process", echo: b
     env = {k: v for k, v in os.environ.items() if k not in AWS_CREDENTIALS}
     env.update(SAGEMAKER_EMULATOR_S3_DIR=str(s3), SAGEMAKER_EMULATOR_BACKEND=scenario.backend or backend,
                SAGEMAKER_SUPPRESS_V2_WARNING="1", SAGEMAKER_EMULATOR_PROFILE=profile)
-    if scenario.backend is None:  # the 2.x launchers name a 2.2.0 DLC: today's torch (as the tests do);
-        # the framework scenario runs its DLC's torch 1.12 on docker (README "Framework versions")
-        env.setdefault("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", "current")
     env.pop("SAGEMAKER_EMULATOR_GPUS_PER_HOST", None)
     if scenario.gpus_per_host is not None:
         env["SAGEMAKER_EMULATOR_GPUS_PER_HOST"] = str(scenario.gpus_per_host)

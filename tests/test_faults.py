@@ -292,7 +292,49 @@ def test_kill_rank_waits_for_the_rank_to_start() -> None:
     job = fake_job()
     inj = injector(["kill-rank:algo-2:1@0s"], job)
     assert inj.tick(100.0) == [] and inj.tick(100.5) == []
-    assert inj.pending() == []  # armed: fires as soon as the rank's process exists
+    # armed: fires as soon as the rank's process exists; still pending (it has not acted)
+    assert inj.pending() == inj.armed() == [F.parse("kill-rank:algo-2:1@0s")]
+
+
+def test_spot_restart_keeps_armed_faults() -> None:
+    """A kill-rank whose log trigger fired while its rank did not exist yet is still armed after a
+    spot restart: it kills that rank on the new hosts as soon as the rank exists, although the
+    trigger line never appears again; one not yet triggered still waits for its line."""
+    from pathlib import Path
+
+    from emulator.observers import AttemptContext
+
+    def attempt(n: int, job: FakeJob, started: float) -> AttemptContext:
+        return AttemptContext(n, job, tuple(job.hosts), Path("/nonexistent"), started, 1e9 + started)  # type: ignore[arg-type]
+
+    observer = F.FaultObserver(F.parse_all(["kill-rank:algo-2:1@log=/loading/", "spot@2s",
+                                            "kill:algo-1@log=/epoch 9/"]))
+    first = fake_job()  # FakeHost.pids() is empty: no rank process exists yet
+    observer.on_start(attempt(0, first, 100.0))
+    observer.on_line("algo-2", "loading data")
+    assert observer.on_tick(101.0) == []  # armed, waiting for rank 1
+    assert [e.detail for e in observer.on_tick(102.0)] == ["spot@2s: spot interruption requested"]
+    assert observer.restart_requested()
+    observer.on_end(102.5)
+
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, "RANK": "1"})
+    try:
+        second = fake_job()
+        observer.on_start(attempt(1, second, 130.0))
+        fired = observer.on_tick(130.1)  # no "loading" line in this attempt: the trigger fired before
+        assert fired == []  # the rank's process is not in the host yet
+        second.hosts["algo-2"].pid_list = [rank.pid]
+        fired = observer.on_tick(130.2)
+        assert [e.detail for e in fired] == ["kill-rank:algo-2:1:SIGKILL@log=/loading/: signal SIGKILL to rank 1"]
+        assert rank.wait(timeout=10) == -signal.SIGKILL
+        assert not observer.restart_requested()
+        assert observer.on_tick(131.0) == [] and second.hosts["algo-1"].sent == []  # not triggered
+        observer.on_line("algo-1", "epoch 9")
+        assert [e.kind for e in observer.on_tick(131.1)] == ["fault"]
+        assert second.hosts["algo-1"].sent == [signal.SIGKILL]
+    finally:
+        rank.kill()
+        rank.wait()
 
 
 # --------------------------------------------------------------------------------------------

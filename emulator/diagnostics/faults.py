@@ -354,16 +354,19 @@ class FaultInjector:
 
     Spot: :meth:`spot_requested` turns True when a ``spot`` fault fires and stays True; the
     supervisor stops the hosts and restarts the job, and :class:`FaultObserver` carries the
-    faults that have not fired (:meth:`pending`) into a new injector for the new hosts (a fired
-    fault never fires twice).
+    faults that have not acted (:meth:`pending`) into a new injector for the new hosts, those
+    whose trigger already fired (:meth:`armed`) still armed: a ``kill-rank`` that was waiting for
+    its rank acts on the new hosts' rank. A fault that acted never acts twice.
+
+    ``armed``: faults of ``faults`` (the same objects) whose trigger fired in an earlier attempt.
     """
 
     def __init__(self, faults: Sequence[Fault], handle: JobHandle, clock_start: float,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, armed: Sequence[Fault] = ()) -> None:
         self.handle = handle
         self.clock_start = clock_start
         self.wall = wall
-        self._states = [_State(f) for f in faults]
+        self._states = [_State(f, armed_at=0.0 if any(a is f for a in armed) else None) for f in faults]
         self._lock = threading.Lock()
         self._last = 0.0
         self._spot = False
@@ -408,8 +411,13 @@ class FaultInjector:
         return self._spot
 
     def pending(self) -> list[Fault]:
-        """Faults that have not fired yet."""
-        return [s.fault for s in self._states if s.armed_at is None and not s.done]
+        """Faults that have not acted yet: their trigger has not fired, or it has and they still
+        wait for their target (a ``kill-rank`` whose rank has not started)."""
+        return [s.fault for s in self._states if not s.done and not s.started]
+
+    def armed(self) -> list[Fault]:
+        """Those of :meth:`pending` whose trigger has fired."""
+        return [s.fault for s in self._states if not s.done and not s.started and s.armed_at is not None]
 
     def close(self, now: float | None = None) -> list[FaultEvent]:
         """Thaw every host this injector stopped (call before teardown). Idempotent."""
@@ -499,12 +507,14 @@ class FaultObserver(Observer):
 
     Trigger times count from the moment the job's hosts first started (the first attempt), so
     ``spot@10s`` then ``kill:algo-2@35s`` kills algo-2 35 s into the job, in whichever attempt
-    runs then. Faults that have not fired when a spot interruption ends an attempt carry over
-    into the next one; log triggers match the new hosts' lines.
+    runs then. Faults that have not acted when a spot interruption ends an attempt carry over
+    into the next one: those not yet triggered wait for their trigger (log triggers match the
+    new hosts' lines), those already triggered (a ``kill-rank`` waiting for its rank) stay armed.
     """
 
     def __init__(self, faults: Sequence[Fault]) -> None:
         self._pending: list[Fault] = list(faults)
+        self._armed: list[Fault] = []
         self._injector: FaultInjector | None = None
         self._origin: float | None = None
         self._now = 0.0
@@ -518,7 +528,8 @@ class FaultObserver(Observer):
         def now() -> float:
             return wall + self._now
 
-        self._injector = FaultInjector(self._pending, ctx.handle, self._origin, now) if self._pending else None
+        self._injector = FaultInjector(self._pending, ctx.handle, self._origin, now,
+                                       armed=self._armed) if self._pending else None
         self._now = ctx.started
 
     def on_line(self, host: str, line: str) -> None:
@@ -538,6 +549,7 @@ class FaultObserver(Observer):
         if injector is None:
             return ()
         self._pending = injector.pending()  # before close(), which marks every fault done
+        self._armed = injector.armed()
         return self._record(injector.close(now))
 
     def _record(self, done: Sequence[FaultEvent]) -> list[Event]:

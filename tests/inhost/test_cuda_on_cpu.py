@@ -27,6 +27,13 @@ tensors = [
 assert all(t.device.type == "cpu" for t in tensors)
 model = torch.nn.Linear(2, 1).cuda().to("cuda:0")
 assert next(model.parameters()).device.type == "cpu"
+# no stream ever captures a graph (torch 2.2's Optimizer.step asks on a CUDA build; a CPU build's
+# original raises): False, from torch.cuda and torch.cuda.graphs alike
+assert torch.cuda.is_current_stream_capturing() is False
+assert torch.cuda.graphs.is_current_stream_capturing() is False
+optimizer = torch.optim.Adam(model.parameters())
+model(torch.ones(1, 2, device="cuda")).sum().backward()
+optimizer.step()
 say("cuda-ok")
 for name, call in [
     ("torch.cuda.ExternalStream", lambda: torch.cuda.ExternalStream(1)),

@@ -4,22 +4,26 @@ Per job, ``unshare`` makes a user (when not root), network and PID namespace who
 :mod:`.nsagent`; it holds a bridge. Per host, ``unshare --net`` + ``bwrap`` add network, UTS,
 mount and PID namespaces: hostname ``algo-N``; ``eth0`` (one end of a veth pair on the job's
 bridge) with its own address; ``/opt/ml`` bind-mounted at its real path; private ``/etc/hosts``,
-``/etc/environment`` and ``/tmp``; ``~/.aws`` hidden; a fresh ``/proc``. The host's command is
+``/etc/environment`` and ``/tmp``; a fresh ``/proc``. A container's filesystem, not this machine's:
+the system folders (:data:`SYSTEM_FOLDERS`, ``/opt``) read-only, ``HOME=/root`` an empty tmpfs of
+its own, and of the rest of this machine (``/home``, ``/root``, project folders) only what the host
+runs (:func:`needed_paths`: the job's interpreter and packages, read-only; its job environment,
+writable; the in-host code), so none of the caller's files (``~/.netrc``, ``~/.aws``, tokens). The host's command is
 PID 1 of its PID namespace, as a container's entrypoint is: SIGTERM from outside reaches it only
 if it handles SIGTERM (as ``docker stop`` on SageMaker), and killing it kills every process the
 host started, including those in new sessions.
 
 The "image" is this machine: the job's interpreter (yours, or a venv layered on it for
 ``requirements.txt``) with its scripts on ``PATH``, the system's tools, and an environment built
-from an allowlist (see :mod:`emulator.job.plan`): ``PATH``, ``HOME``, ``LD_LIBRARY_PATH`` (when set;
-your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
+from an allowlist (see :mod:`emulator.job.plan`): ``PATH``, ``HOME=/root``, ``LD_LIBRARY_PATH`` (when
+set; your interpreter may need it) and ``HOSTNAME=algo-N`` (as docker sets it).
 
 ``sshd`` in every host (:mod:`.sshd`), for the MPI family's ``mpirun`` over ssh: OpenSSH's as
 root; not root, a stand-in speaking real SSH, mounted over ``/usr/sbin/sshd`` (an unprivileged
 user namespace cannot run OpenSSH's).
 
-Not emulated: the user's Python, filesystem (outside ``/opt/ml``, ``/tmp`` and ``/etc/hosts``)
-and kernel are shared with this machine; CPU and memory limits of the instance type are not
+Not emulated: the user's Python and this machine's system folders (read-only, where a
+container's are writable) and kernel are shared with this machine; CPU and memory limits of the instance type are not
 applied; ``SM_NUM_CPUS`` is this machine's CPU count.
 """
 
@@ -309,7 +313,7 @@ class ProcessBackend:
         python = python or sys.executable
         train = train_script()
         scripts = list(dict.fromkeys([str(Path(python).parent), str(train.parent)]))
-        base = {"HOME": _home()}
+        base = {"HOME": CONTAINER_HOME}
         base.update({k: os.environ[k] for k in IMAGE_VARIABLES if os.environ.get(k)})
         spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
         return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
@@ -338,8 +342,12 @@ class ProcessBackend:
         return []
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
+        """The job environment, made on this machine as the caller: pip runs with the hosts'
+        environment but the caller's own ``HOME`` (its pip configuration and cache), not the hosts'."""
         from .. import jobenv
 
+        if env.get("HOME") == CONTAINER_HOME:
+            env = {**env, "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
         return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env,
                               framework=jobenv.framework_pins(request.framework))[0]
 
@@ -391,8 +399,7 @@ class ProcessBackend:
 
     def start(self, spec: LaunchSpec) -> ProcessJob:
         if spec.options.get("sshd"):
-            for home in sorted({h.env.get("HOME", "") for h in spec.hosts}):
-                sshd.prepare(spec.scratch, python=spec.options["python"], env_home=home or None)
+            sshd.prepare(spec.scratch, python=spec.options["python"])
         for host in spec.hosts:
             _write_etc(spec.scratch / host.name, host)
             for m in host.mounts:
@@ -478,10 +485,6 @@ def _owner() -> str:
     return f"{os.getpid()}:{stat.start_time if stat else 0}"
 
 
-def _home() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_dir
-
-
 def _pending(python: str) -> dict[str, list[str]]:
     """``plan``'s note when the job environment is not made yet (``prepare_python`` makes it)."""
     from .. import jobenv
@@ -533,6 +536,126 @@ def _write_etc(folder: Path, host: HostLaunch) -> None:
         env_file.write_text("")
 
 
+#: The host's ``HOME``: root's, as in a DLC (its Dockerfiles set no ``USER``, so processes run as
+#: root, and docker sets ``HOME`` from the user: https://docs.docker.com/reference/cli/docker/container/run/).
+CONTAINER_HOME = "/root"
+#: Top-level folders of this machine a host sees read-only, as an image's system folders (or the
+#: symlinks to them that merged-/usr systems have). Everything else at the top (``/home``,
+#: ``/root``, ``/mnt``, ``/srv``, project folders such as ``/work``) is absent, except the paths
+#: :func:`needed_paths` names. ``/dev``, ``/proc``, ``/tmp``, ``/run`` and ``/opt`` are made apart.
+SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "sys")
+#: Under ``/var``: emptied (other users' mail and spools; the machine's temporary files).
+VAR_HIDDEN = ("/var/tmp", "/var/mail", "/var/spool", "/var/lib/docker")
+
+
+def _system_args() -> list[str]:
+    """``bwrap`` arguments for this machine's system folders (see :data:`SYSTEM_FOLDERS`)."""
+    argv: list[str] = []
+    for name in SYSTEM_FOLDERS:
+        path = Path("/", name)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+             "--tmpfs", "/run"]
+    for hidden in VAR_HIDDEN:
+        if Path(hidden).is_dir() and not Path(hidden).is_symlink():
+            argv += ["--tmpfs", hidden]
+    run_lock = Path("/run/lock")  # Debian's /var/lock points there
+    if run_lock.is_dir():
+        argv += ["--dir", str(run_lock)]
+    argv += ["--tmpfs", "/opt"]  # the image's /opt (without /opt/ml: the job's mounts make it)
+    for entry in sorted(Path("/opt").iterdir()) if Path("/opt").is_dir() else []:
+        if entry.name == "ml":
+            continue
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry), str(entry)]
+        else:
+            argv += ["--ro-bind", str(entry), str(entry)]
+    # the host's own empty HOME (per host: each host has its own mount namespace)
+    argv += ["--perms", "0700", "--tmpfs", CONTAINER_HOME]
+    return argv
+
+
+def _homes() -> list[str]:
+    """Home folders of this machine's users, and ``/home``/``/root``: never visible as a whole."""
+    homes = {"/root", "/home", os.path.expanduser("~")}
+    try:
+        homes.update(p.pw_dir for p in pwd.getpwall())
+    except OSError:
+        pass
+    return sorted(os.path.realpath(h) for h in homes if h and h.startswith("/"))
+
+
+def _site_lines(folder: str) -> list[str]:
+    """Folders that the ``.pth`` files of ``folder`` add to ``sys.path`` (not their ``import`` lines)."""
+    out = []
+    for pth in sorted(Path(folder).glob("*.pth")) if os.path.isdir(folder) else []:
+        try:
+            lines = pth.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                out.append(line if os.path.isabs(line) else os.path.join(folder, line))
+    return out
+
+
+def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
+    """What of this machine outside the system folders a host needs, as ``(read_only, writable)``:
+    the interpreter of the job (``host.command[0]``) with its prefixes, site folders and what
+    their ``.pth`` files add (the caller's site-packages a job environment is layered on), the
+    in-host code and what ``PATH``, ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` name. Writable: the job
+    environment itself (a venv the toolkit's ``pip install -r requirements.txt`` installs into, as
+    a DLC's site-packages is writable in its container). Never a home folder itself, ``/`` or a
+    parent of a home folder (so neither ``/root`` nor ``/home/*`` as a whole, only the
+    interpreter's folders inside one); paths under ``/tmp`` are passed by :func:`_tmp_passthrough`."""
+    import site
+
+    python = host.command[0] if host.command else sys.executable
+    writable: list[str] = []
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(INHOST_ROOT),
+                  *site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+                  *(p for p in sys.path if p.startswith(sys.prefix) or p.startswith(sys.base_prefix))]
+    for folder in list(candidates):
+        candidates += _site_lines(folder)
+    venv = Path(python).parent.parent
+    if os.path.isabs(python) and (venv / "pyvenv.cfg").is_file() and venv != Path(sys.prefix):
+        writable.append(str(venv))
+        for line in (venv / "pyvenv.cfg").read_text(errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                candidates.append(str(Path(value.strip()).parent))
+        for site_dir in venv.glob("lib/python*/site-packages"):
+            candidates += _site_lines(str(site_dir))
+    candidates += [os.path.realpath(python), *(c for c in host.command[1:2] if os.path.isabs(c))]
+    for var in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH"):
+        candidates += host.env.get(var, "").split(":")
+    homes = _homes()
+    system = tuple(f"/{n}/" for n in (*SYSTEM_FOLDERS, "dev", "proc", "opt"))
+    tmp = os.path.realpath("/tmp")
+
+    def keep(path: str) -> bool:
+        return (os.path.isabs(path) and os.path.exists(path) and path != "/"
+                and not any(h == path or h.startswith(path.rstrip("/") + "/") for h in homes)
+                and not (path + "/").startswith(system) and not (path + "/").startswith(tmp + "/"))
+
+    def reduce(paths: list[str]) -> list[str]:
+        out: list[str] = []
+        for path in sorted({os.path.normpath(p) for p in paths if p}):
+            real = os.path.realpath(path)
+            for p in dict.fromkeys([path, real]):
+                if keep(p) and not any(p == o or p.startswith(o + "/") for o in out):
+                    out.append(p)
+        return out
+
+    rw = reduce(writable)
+    ro = [p for p in reduce(candidates) if not any(p == w or p.startswith(w + "/") for w in rw)]
+    return ro, rw
+
+
 def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
     """The command line that makes ``host`` (see the module docstring). Pure: the files it names
     under ``scratch`` (``<host>/hosts``, ``hostname``, ``environment``; the ssh material) are
@@ -540,29 +663,23 @@ def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
     etc = scratch / host.name
     # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
     # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
-    argv = ["unshare", "--net", "--", "bwrap", "--dev-bind", "/", "/", "--unshare-uts", "--unshare-pid",
+    argv = ["unshare", "--net", "--", "bwrap", *_system_args(), "--unshare-uts", "--unshare-pid",
             "--unshare-ipc", "--hostname", host.name, "--die-with-parent", "--as-pid-1",
-            "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
             "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
             "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
+    read_only, writable = needed_paths(host)
+    for path in read_only:
+        argv += ["--ro-bind", path, path]
+    for path in writable:
+        argv += ["--bind", path, path]
     for keep in _tmp_passthrough(host):
         argv += ["--dev-bind", keep, keep]
     if Path("/etc/environment").is_file():
         argv += ["--bind", str(etc / "environment"), "/etc/environment"]
-    if not Path(P.OPT_ML).is_dir():
-        argv += ["--tmpfs", "/opt"]
-        for entry in sorted(Path("/opt").iterdir()) if Path("/opt").is_dir() else []:
-            if entry.is_symlink():
-                argv += ["--symlink", os.readlink(entry), str(entry)]
-            else:
-                argv += ["--dev-bind", str(entry), str(entry)]
     for m in host.mounts:
         argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
-    aws = Path(_home()) / ".aws"
-    if aws.exists() and host.env.get("AWS_SHARED_CREDENTIALS_FILE") == "/dev/null":
-        argv += ["--tmpfs", str(aws)]
     # sshd per host for the MPI family: OpenSSH's as root, else the stand-in (emulator/backends/process/sshd.py)
-    argv += sshd.mount_args(scratch, env_home=host.env.get("HOME"))
+    argv += sshd.mount_args(scratch)
     argv += ["--chdir", host.workdir, "--", *host.command]
     return argv
 

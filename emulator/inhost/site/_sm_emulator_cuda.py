@@ -26,7 +26,10 @@ Emulated (all work happens on the CPU):
   run on the CPU; events stamp the wall clock).
 
 Not emulated (``RuntimeError("not emulated: <call>")``): external streams, CUDA graphs,
-``torch.cuda.nccl``, ``torch.cuda.comm``. Not patched (fail as torch on a CPU build does):
+``torch.cuda.nccl``, ``torch.cuda.comm``. Since no graph can be captured,
+``torch.cuda.is_current_stream_capturing()`` is False (a CUDA build's asks the driver, which
+fails without one: torch 2.2's ``Optimizer`` calls it on every step once ``is_available()``).
+Not patched (fail as torch on a CPU build does):
 ``torch.cuda.FloatTensor``-style legacy types, ``torch.Generator(device="cuda")``, custom CUDA
 kernels, anything in ``torch._C._cuda_*``. ``torch.device("cuda", i)`` objects themselves are
 left alone (they are plain values), only their use is mapped to the CPU.
@@ -324,6 +327,7 @@ def _patch_torch_cuda(torch: Any) -> None:
                for name in _NOT_EMULATED_CLASSES},
             **{name: _not_emulated_function(f"torch.cuda.{name}") for name in _NOT_EMULATED_FUNCTIONS},
             **{name: _NotEmulatedModule(f"torch.cuda.{name}") for name in _NOT_EMULATED_MODULES},
+            "is_current_stream_capturing": lambda: False,
         },
     }
     for group, values in replacements.items():

@@ -138,7 +138,9 @@ GROUPS = {g.name: g for g in (
           "FSDP's compute device for a CUDA device_id (v1) or a cuda DeviceMesh (FSDP2) is the CPU, where the "
           "tensors are; sync_module_states accepts those CPU tensors"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          'external streams, graphs, NCCL and comm raise RuntimeError("not emulated: <call>")'),
+          'external streams, graphs, NCCL and comm raise RuntimeError("not emulated: <call>"); no stream is '
+          "ever capturing a graph (is_current_stream_capturing() is False: a CUDA build's would ask the "
+          "driver, e.g. from torch 2.2's optimizer step)"),
     Group("cuda-tensors", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "tensors and modules moved to a CUDA device stay on the CPU (an index past the emulated "
           "count fails as CUDA does)"),
@@ -217,6 +219,8 @@ REGISTRY: tuple[Patch, ...] = tuple([
         "Stream": "(device=None, priority=0, **kwargs)",
         "Event": "(enable_timing=False, blocking=False, interprocess=False, external=False)",
     }, aliases=("torch.cuda.streams",)),
+    Patch("cuda-not-emulated", "torch.cuda", "is_current_stream_capturing", "()", _TORCH,
+          aliases=("torch.cuda.graphs",)),
     *_table("cuda-streams", "torch.cuda", _TORCH, {
         "current_stream": _NO_DEVICE, "default_stream": _NO_DEVICE, "set_stream": "(stream)",
     }),
