@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import emulator
-from emulator import frameworks
+from emulator.job import frameworks
 
 from .rank_output import marked_json
 
