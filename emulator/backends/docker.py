@@ -16,6 +16,10 @@ What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); the contain
 -> grace -> SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of
 the container (as the process backend does), not only PID 1.
 
+Files reach the containers by bind mounts only where a sentinel check proved the engine sees this
+machine's folders; otherwise (docker-outside-of-docker, ``docker:dind``, colima) they are copied
+through the engine's API: :mod:`emulator.backends.docker_files` (``options.files`` of the spec).
+
 The docker SDK is imported lazily (``import emulator`` never imports ``docker``).
 """
 
@@ -41,6 +45,7 @@ from ..console import RAW_SUFFIX
 from ..errors import BackendUnavailable
 from ..inhost import protocol as P
 from ..toolkit_model import TOOLKIT_VERSION
+from . import docker_files as files
 from .base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
 
 if TYPE_CHECKING:
@@ -107,6 +112,16 @@ def _client(timeout: float = API_TIMEOUT) -> Any:
             "use the socket, or use --backend process"
         ) from e
     return client
+
+
+def engine_error(what: str, e: BaseException) -> BackendUnavailable:
+    """A clear error for an engine call that failed before the job started (exit status 3)."""
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    detail = getattr(e, "explanation", None) or str(e)
+    return BackendUnavailable(
+        f"the docker engine at {where} could not {what} ({e.__class__.__name__}: {detail}); check that the "
+        f"engine runs and you may use it, that no stale job holds its resources (`python -m emulator reap "
+        f"JOB_DIR`), or force copied files with {files.FILES_ENV}=copy if a bind mount is what failed")
 
 
 def owner_labels() -> dict[str, str]:
@@ -308,8 +323,13 @@ class DockerJob:
     """A started job: its containers, its network, and teardown."""
 
     def __init__(self, job_id: str, client: Any, network: Any, owner: tuple[int, int],
-                 images: Mapping[str, str], writable: Mapping[str, list[str]]) -> None:
+                 images: Mapping[str, str], writable: Mapping[str, list[str]],
+                 spec: LaunchSpec | None = None) -> None:
         self.job_id = job_id
+        #: copy mode: the spec whose writable mounts are copied back at teardown (None: bind mode)
+        self._copy_spec = spec if spec is not None and spec_files(spec) == files.COPY else None
+        self._diag_sync: files.DiagSync | None = None
+        self.copy_problems: list[str] = []
         self.hosts: dict[str, DockerHost] = {}
         self._client = client
         self._network = network
@@ -348,6 +368,7 @@ class DockerJob:
             self._done = True
         for name in kept:
             self.hosts[name].kept = True
+        self._copy_out()  # copy mode: what the hosts wrote so far (they stay frozen in their containers)
         _LIVE.discard(self)
         return {"hosts": kept, "network": self._network.name, "owner": list(self._owner),
                 "containers": {n: h.container.name for n, h in self.hosts.items()}}
@@ -359,10 +380,11 @@ class DockerJob:
             self._done = True
         try:
             self._stop(grace)
+            self._copy_out()
             by_image: dict[str, list[str]] = {}
             for name in self.hosts:
                 by_image.setdefault(self._images[name], []).extend(self._writable[name])
-            for image, sources in by_image.items():
+            for image, sources in by_image.items() if self._copy_spec is None else ():
                 _chown_mounts(self._client, image, sources, self._owner,
                               {LABEL_JOB: self.job_id, **owner_labels()})
             for h in self.hosts.values():
@@ -371,6 +393,20 @@ class DockerJob:
             _remove(self._network)
         finally:
             _LIVE.discard(self)
+
+    def _copy_out(self) -> None:
+        """Copy mode: take every host's writable mounts out of its container into this machine's
+        folders (where bind mounts would have left them). Nothing in bind mode."""
+        if self._copy_spec is None:
+            return
+        if self._diag_sync is not None:
+            self._diag_sync.stop()
+        for launch in self._copy_spec.hosts:
+            h = self.hosts.get(launch.name)
+            if h is None:
+                continue
+            self.copy_problems += [f"{launch.name} {p}" for p in files.get_outputs(h.container, launch)]
+            files.hand_back([m.source for m in launch.mounts if not m.read_only], self._owner)
 
     def _stop(self, grace: float) -> None:
         running = [h for h in self.hosts.values() if h.started and h.poll() is None]
@@ -503,7 +539,10 @@ class DockerBackend:
         config: dict[str, Any] = {}
         if job_image.built:  # a family image not built yet has no ENV to read: `pending` says so
             self._require_image(client, image)
-            config = client.images.get(image).attrs.get("Config") or {}
+            try:
+                config = client.images.get(image).attrs.get("Config") or {}
+            except _sdk(".errors").DockerException as e:
+                raise engine_error(f"inspect the image {image}", e) from None
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         entrypoint = tuple(config.get("Entrypoint") or ())
         if plan.request.container_command:  # ContainerEntrypoint replaces the image's, as on SageMaker
@@ -516,6 +555,7 @@ class DockerBackend:
         etc_hosts = hosts_file(addresses)
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
         inhost = Mount(_inhost_source(), INHOST_ROOT, read_only=True)
+        probe_labels = {LABEL_JOB: job_id, LABEL_SCRATCH: str(scratch), **owner_labels()}
         launches = []
         for host in plan.hosts:
             # docker sets HOSTNAME, and HOME for root when the image has none
@@ -529,9 +569,10 @@ class DockerBackend:
                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=(*entrypoint, *host.command), image=image,
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
                         "sagemaker-emulator.job-name": plan.request.job_name}))
+        mode, why = _files_mode(client, image if job_image.built else None, launches, probe_labels)
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
-                          options={"shm_size": SHM_SIZE, "user": "0",
+                          options={"shm_size": SHM_SIZE, "user": "0", "files": mode, "files_reason": why,
                                    "entrypoint": "request" if plan.request.container_command else "image",
                                    "framework": framework, **({"pending": pending} if pending else {})})
 
@@ -548,20 +589,39 @@ class DockerBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         images = {h.name: h.image or DEFAULT_IMAGE for h in spec.hosts}
         writable = {h.name: [str(m.source) for m in h.mounts if not m.read_only] for h in spec.hosts}
-        network = _create_network(client, spec, labels)
-        handle = DockerJob(spec.job_id, client, network, self.owner, images, writable)
+        copy = spec_files(spec) == files.COPY
+        dexc = _sdk(".errors").DockerException
+        try:
+            network = _create_network(client, spec, labels)
+        except dexc as e:
+            raise engine_error(f"create the job network {network_name(spec.job_id)} on {spec.subnet}", e) from None
+        handle = DockerJob(spec.job_id, client, network, self.owner, images, writable, spec)
+        step = "make the cluster's ssh keys"
         try:
             private, public = _make_keypair(spec.scratch / "ssh")
             keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key"))
             stream_client = _client(timeout=STREAM_TIMEOUT)
             for h in spec.hosts:
-                container = _create_container(client, h, spec, network.name, labels)
+                step = f"create the container of {h.name} from {h.image}"
+                container = _create_container(client, h, spec, network.name, labels, copy=copy)
                 handle.hosts[h.name] = DockerHost(h.name, container, h.log_path, stream_client)
+                step = f"copy the files of {h.name} into its container"
                 container.put_archive("/", keys)
+                if copy:
+                    files.put_inputs(container, h)
             for dh in handle.hosts.values():
+                step = f"start the container of {dh.name}"
                 Path(dh.log_path).parent.mkdir(parents=True, exist_ok=True)
                 dh.container.start()
                 dh._follow()
+            if copy:
+                diag = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR), None)
+                if diag is not None:
+                    handle._diag_sync = files.DiagSync({n: dh.container for n, dh in handle.hosts.items()}, diag)
+                    handle._diag_sync.start()
+        except dexc as e:
+            handle.teardown(grace=0)
+            raise engine_error(step, e) from None
         except BaseException:
             handle.teardown(grace=0)
             raise
@@ -570,6 +630,30 @@ class DockerBackend:
             atexit.register(_teardown_live)
             _ATEXIT_REGISTERED = True
         return handle
+
+
+def spec_files(spec: LaunchSpec) -> str:
+    """The spec's files mode; a spec made without one (by hand) binds unless
+    ``EMULATOR_DOCKER_FILES=copy`` forces copies."""
+    mode = spec.options.get("files")
+    if mode in (files.COPY, files.BIND):
+        return str(mode)
+    return files.COPY if files.requested_mode() == files.COPY else files.BIND
+
+
+def _files_mode(client: Any, image: str | None, launches: Sequence[HostLaunch],
+                labels: Mapping[str, str]) -> tuple[str, str]:
+    """How the job's files reach its containers (:func:`emulator.backends.docker_files.choose_mode`);
+    probed with the job's image, or the emulator image while the job's is not built yet."""
+    probe_image = image
+    if probe_image is None:
+        try:
+            client.images.get(DEFAULT_IMAGE)
+            probe_image = DEFAULT_IMAGE
+        except Exception:
+            if files.requested_mode() == "auto":
+                return files.COPY, "no image to run the sentinel check with yet; files are copied"
+    return files.choose_mode(client, probe_image or DEFAULT_IMAGE, (m for h in launches for m in h.mounts), labels)
 
 
 def _inhost_source() -> Path:
@@ -630,9 +714,12 @@ def _create_network(client: Any, spec: LaunchSpec, labels: Mapping[str, str]) ->
 
 
 def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: str,
-                      labels: Mapping[str, str]) -> Any:
+                      labels: Mapping[str, str], *, copy: bool = False) -> Any:
+    """The host's container, created, not started. ``copy``: no bind mounts (the files are put into
+    it next) and ``/etc/hosts`` made by the engine from the spec's names (``--add-host``)."""
     dmount = _sdk(".types").Mount
-    mounts = [dmount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in host.mounts]
+    mounts = [] if copy else [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
+                              for m in host.mounts]
     endpoint = client.api.create_endpoint_config(aliases=[host.name], ipv4_address=host.address)
     override = spec.options.get("entrypoint") == "request"
     return client.containers.create(
@@ -640,6 +727,7 @@ def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: 
         entrypoint=list(host.command) if override else None, name=container_name(spec.job_id, host.name),
         hostname=host.name, environment=dict(host.env), working_dir=host.workdir or None, mounts=mounts,
         labels={**host.labels, **labels}, network=network, networking_config={network: endpoint},
+        extra_hosts=files.extra_hosts(host) if copy else None,
         shm_size=spec.options.get("shm_size", SHM_SIZE), user=spec.options.get("user", "0"),
         stdin_open=False, tty=False, detach=True)
 
