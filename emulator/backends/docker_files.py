@@ -40,10 +40,11 @@ import io
 import os
 import secrets
 import tarfile
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from ..errors import BackendUnavailable
 from ..inhost import protocol as P
@@ -209,10 +210,11 @@ def _add_parents(tar: tarfile.TarFile, target: str, added: set[str]) -> None:
         tar.addfile(_root_owned(d))
 
 
-def inputs_archive(mounts: Iterable[Mount]) -> bytes:
+def inputs_archive(mounts: Iterable[Mount], fileobj: IO[bytes] | None = None) -> bytes:
     """A tar, to extract at ``/``, that holds every mount's source at its target (symlinks
-    followed, as a bind mount shows what they point at; everything owned by root)."""
-    buf = io.BytesIO()
+    followed, as a bind mount shows what they point at; everything owned by root). Written to
+    ``fileobj`` when given (then returns ``b""``), else returned."""
+    buf = io.BytesIO() if fileobj is None else fileobj
     added: set[str] = set()
     with tarfile.open(fileobj=buf, mode="w", dereference=True) as tar:
         for m in mounts:
@@ -220,13 +222,16 @@ def inputs_archive(mounts: Iterable[Mount]) -> bytes:
                 raise BackendUnavailable(f"cannot copy {m.source} to {m.target} of the host: it does not exist")
             _add_parents(tar, m.target, added)
             tar.add(str(m.source), arcname=m.target.lstrip("/"), filter=_root_owned)
-    return buf.getvalue()
+    return buf.getvalue() if isinstance(buf, io.BytesIO) else b""
 
 
 def put_inputs(container: Any, host: HostLaunch) -> None:
     """Copy ``host``'s mounts (but ``/etc/hosts``, see :func:`extra_hosts`) into its created container."""
     mounts = [m for m in host.mounts if m.target != "/etc/hosts"]
-    container.put_archive("/", inputs_archive(mounts))
+    with tempfile.TemporaryFile() as spool:  # channels may be large: stream the tar from disk
+        inputs_archive(mounts, spool)
+        spool.seek(0)
+        container.put_archive("/", spool)
 
 
 def extra_hosts(host: HostLaunch) -> dict[str, str]:
