@@ -186,3 +186,56 @@ def test_engine_error_before_start_is_clear_and_leaves_nothing(tmp_path: Path, d
                                                  "sagemaker-emulator-test/absent:0"):
         DockerBackend().start(spec)
     assert _left(job_id) == []
+
+
+WRITER = textwrap.dedent("""
+    import os, socket, time
+    host = socket.gethostname()
+    with open(f"/opt/ml/output/data/partial-{host}.txt", "w") as f:
+        f.write(host)
+    with open(f"/opt/ml/model/weights-{host}.pt", "w") as f:
+        f.write(host)
+    print("READY", flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.docker
+def test_copy_mode_sigterm_still_brings_what_hosts_wrote_back(tmp_path: Path, docker_ready: None) -> None:
+    """SIGTERM to the emulator (how CI cancels a job) stops the hosts; what they wrote so far is
+    copied out of the stopped containers into model.tar.gz/output.tar.gz, and nothing is left."""
+    import signal
+    import tarfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "writer.py").write_text(WRITER)
+    out = tmp_path / "out"
+    env = {**os.environ, files.FILES_ENV: "copy"}
+    proc = subprocess.Popen([sys.executable, "-m", "emulator", "run", "--backend", "docker", "--entry-point",
+                             "writer.py", "--source-dir", str(src), "--hosts", "2", "--output-dir", str(out),
+                             "--job-name", "copy-sigterm", "--profile", "ci"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready: set[str] = set()
+        assert proc.stdout is not None
+        for line in proc.stdout:  # live per-host output: "[algo-N] READY"
+            if line.rstrip().endswith("READY"):
+                ready.add(line.split("]")[0].lstrip("["))
+            if ready == {"algo-1", "algo-2"}:
+                break
+        assert ready == {"algo-1", "algo-2"}
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    job_dir = out / "copy-sigterm"
+    with tarfile.open(job_dir / "output" / "output.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["partial-algo-1.txt", "partial-algo-2.txt"]
+    with tarfile.open(job_dir / "output" / "model.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["weights-algo-1.pt", "weights-algo-2.pt"]
+    assert _spec(job_dir)["options"]["files"] == "copy"
+    assert _left(_spec(job_dir)["job_id"]) == []

@@ -403,7 +403,7 @@ class DockerJob:
             self._diag_sync.stop()
         for launch in self._copy_spec.hosts:
             h = self.hosts.get(launch.name)
-            if h is None:
+            if h is None or not h.started:  # never started: it holds only what was put in
                 continue
             self.copy_problems += [f"{launch.name} {p}" for p in files.get_outputs(h.container, launch)]
             files.hand_back([m.source for m in launch.mounts if not m.read_only], self._owner)
@@ -550,7 +550,10 @@ class DockerBackend:
         # what the emulator image's ENTRYPOINT (a bash script that execs the command) adds;
         # another image's entrypoint may add variables the spec cannot know
         added = {**ENTRYPOINT_ENV, "PWD": P.CODE_DIR} if entrypoint == (ENTRYPOINT,) else {}
-        subnet = _free_subnet(client, P.JOB_SUBNET)
+        try:
+            subnet = _free_subnet(client, P.JOB_SUBNET)
+        except _sdk(".errors").DockerException as e:
+            raise engine_error("list its networks (to choose the job's subnet)", e) from None
         addresses = host_addresses(subnet, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
