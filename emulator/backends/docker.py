@@ -576,6 +576,8 @@ class DockerBackend:
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
                           options={"shm_size": SHM_SIZE, "user": "0", "files": mode, "files_reason": why,
+                                   **({"etc_hosts": "the engine's, with every algo-N of hosts_file added (--add-host)"}
+                                      if mode == files.COPY else {}),
                                    "entrypoint": "request" if plan.request.container_command else "image",
                                    "framework": framework, **({"pending": pending} if pending else {})})
 
