@@ -89,6 +89,23 @@ def test_extra_hosts_are_the_spec_hosts_file() -> None:
 
 
 @pytest.mark.docker
+def test_sentinel_check_sees_this_machines_folders_and_writes_only_the_jobs(tmp_path: Path,
+                                                                         docker_ready: None) -> None:
+    from emulator.backends.docker import DEFAULT_IMAGE, LABEL_JOB, _client, owner_labels
+
+    ro, rw = tmp_path / "channel", tmp_path / "job"
+    ro.mkdir()
+    rw.mkdir()
+    (ro / "part-0.csv").write_text("1\n")
+    job_id = f"t{uuid.uuid4().hex[:8]}"
+    labels = {LABEL_JOB: job_id, **owner_labels()}
+    assert files.probe_bind(_client(), DEFAULT_IMAGE, [ro, rw], labels, writable={rw}) == []
+    assert [p.name for p in ro.iterdir()] == ["part-0.csv"]  # a user's folder is never written to
+    assert list(rw.iterdir()) == []  # the sentinel is gone
+    assert _left(job_id) == []
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("name", list(DISTRIBUTIONS))
 def test_copy_mode_two_host_job_brings_the_model_and_logs_back(name: str, tmp_path: Path, docker_ready: None,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:

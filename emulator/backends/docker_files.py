@@ -42,7 +42,7 @@ import secrets
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -90,23 +90,27 @@ def choose_mode(client: Any, image: str, mounts: Iterable[Mount], labels: Mappin
     asked = requested_mode()
     if asked != "auto":
         return asked, f"{FILES_ENV}={asked}"
+    mounts = list(mounts)
     folders = sorted({anchor(m.source) for m in mounts}, key=str)
-    unseen = probe_bind(client, image, folders, labels)
+    writable = {anchor(m.source) for m in mounts if not m.read_only}
+    unseen = probe_bind(client, image, folders, labels, writable=writable)
     if unseen:
         return COPY, (f"the engine does not see {unseen[0]} as this machine does (sentinel check); "
                       "files are copied through the engine's API")
     return BIND, "the engine sees this machine's folders (sentinel check)"
 
 
-def probe_bind(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str]) -> list[Path]:
+def probe_bind(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str], *,
+               writable: Set[Path] = frozenset()) -> list[Path]:
     """The folders of ``folders`` the engine does not see as this machine does (empty: bind mounts
-    work). One tiny container bind-mounts every folder not yet known: a writable folder gets a
-    random sentinel file that the container must read back; another must list the same entries."""
+    work). One tiny container bind-mounts every folder not yet known: a folder of ``writable`` (the
+    job's own: its tree, scratch; never a user's channel) gets a random sentinel file that the
+    container must read back; another must list the same entries."""
     engine = _engine_id(client)
     with _SEEN_LOCK:
         unknown = [f for f in folders if (engine, str(f)) not in _SEEN]
     if unknown:
-        seen = _run_probe(client, image, unknown, labels)
+        seen = _run_probe(client, image, unknown, labels, writable)
         with _SEEN_LOCK:
             for f in unknown:
                 _SEEN[(engine, str(f))] = seen.get(f, False)
@@ -128,12 +132,13 @@ def _listing(folder: Path) -> list[str]:
         return []
 
 
-def _run_probe(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str]) -> dict[Path, bool]:
+def _run_probe(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str],
+               writable: Set[Path]) -> dict[Path, bool]:
     from .docker import LABEL_HELPER, _sdk
 
     sentinels: dict[Path, tuple[Path, str]] = {}
     for f in folders:
-        if os.access(f, os.W_OK):
+        if f in writable and os.access(f, os.W_OK):
             token = secrets.token_hex(16)
             path = f / f"{SENTINEL_PREFIX}{token}"
             try:
