@@ -256,3 +256,39 @@ def test_copy_mode_sigterm_still_brings_what_hosts_wrote_back(tmp_path: Path, do
         assert sorted(tar.getnames()) == ["weights-algo-1.pt", "weights-algo-2.pt"]
     assert _spec(job_dir)["options"]["files"] == "copy"
     assert _left(_spec(job_dir)["job_id"]) == []
+
+
+CHANNEL_READER = textwrap.dedent("""
+    import json, os, socket
+    host = socket.gethostname()
+    json.dump(sorted(os.listdir("/opt/ml/input/data/train")), open(f"/opt/ml/model/{host}.json", "w"))
+    open(f"/ckpt-outside/{host}.ckpt", "w").write(host)
+""")
+
+
+@pytest.mark.docker
+def test_copy_mode_sharded_channel_in_and_outside_checkpoints_out(tmp_path: Path, docker_ready: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ShardedByS3Key gives each instance a disjoint part of the channel's objects (AWS API reference,
+    S3DataSource.S3DataDistributionType); files under CheckpointConfig.LocalPath reach S3Uri
+    (https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html) — here, both through copies."""
+    monkeypatch.setenv(files.FILES_ENV, "copy")
+    src, data, ckpt = tmp_path / "src", tmp_path / "data", tmp_path / "ckpt"
+    src.mkdir()
+    data.mkdir()
+    (src / "reader.py").write_text(CHANNEL_READER)
+    parts = [f"part-{i}.csv" for i in range(4)]
+    for p in parts:
+        (data / p).write_text(p)
+    result = emulator.run(backend="docker", entry_point="reader.py", source_dir=src, instance_count=2,
+                          channels={"train": {"path": str(data), "distribution": "ShardedByS3Key"}},
+                          checkpoint_dir=ckpt, checkpoint_local_path="/ckpt-outside",
+                          output_path=tmp_path / "out", job_name="copy-channels", echo=False, profile="ci")
+    assert result.status == "Completed", (result.failure_reason, result.log_tail("algo-1", 30))
+    seen = {n: json.loads(b) for n, b in result.model_files().items()}
+    assert sorted(seen) == ["algo-1.json", "algo-2.json"]
+    assert all(seen.values()) and not set(seen["algo-1.json"]) & set(seen["algo-2.json"])
+    assert sorted(seen["algo-1.json"] + seen["algo-2.json"]) == parts
+    assert sorted(p.name for p in ckpt.iterdir()) == ["algo-1.ckpt", "algo-2.ckpt"]
+    assert sorted(p.name for p in data.iterdir()) == parts  # nothing written into the user's channel
+    assert _left(_spec(result.job_dir)["job_id"]) == []
