@@ -327,7 +327,7 @@ class DockerJob:
                  spec: LaunchSpec | None = None) -> None:
         self.job_id = job_id
         #: copy mode: the spec whose writable mounts are copied back at teardown (None: bind mode)
-        self._copy_spec = spec if spec is not None and spec_files(spec) == files.COPY else None
+        self._copy_spec = spec if spec is not None and files.spec_files(spec) == files.COPY else None
         self._diag_sync: files.DiagSync | None = None
         self.copy_problems: list[str] = []
         self.hosts: dict[str, DockerHost] = {}
@@ -559,6 +559,9 @@ class DockerBackend:
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
         inhost = Mount(_inhost_source(), INHOST_ROOT, read_only=True)
         probe_labels = {LABEL_JOB: job_id, LABEL_SCRATCH: str(scratch), **owner_labels()}
+        mode, why = files.files_mode(client, image if job_image.built else None, probe_labels, [
+            inhost, diag, *extra_mounts,
+            *(m for host in plan.hosts for m in host_mounts(plan, host.name))])
         launches = []
         for host in plan.hosts:
             # docker sets HOSTNAME, and HOME for root when the image has none
@@ -572,7 +575,6 @@ class DockerBackend:
                 log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=(*entrypoint, *host.command), image=image,
                 labels={LABEL_JOB: job_id, LABEL_HOST: host.name,
                         "sagemaker-emulator.job-name": plan.request.job_name}))
-        mode, why = _files_mode(client, image if job_image.built else None, launches, probe_labels)
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
                           options={"shm_size": SHM_SIZE, "user": "0", "files": mode, "files_reason": why,
@@ -594,7 +596,7 @@ class DockerBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         images = {h.name: h.image or DEFAULT_IMAGE for h in spec.hosts}
         writable = {h.name: [str(m.source) for m in h.mounts if not m.read_only] for h in spec.hosts}
-        copy = spec_files(spec) == files.COPY
+        copy = files.spec_files(spec) == files.COPY
         dexc = _sdk(".errors").DockerException
         try:
             network = _create_network(client, spec, labels)
@@ -635,30 +637,6 @@ class DockerBackend:
             atexit.register(_teardown_live)
             _ATEXIT_REGISTERED = True
         return handle
-
-
-def spec_files(spec: LaunchSpec) -> str:
-    """The spec's files mode; a spec made without one (by hand) binds unless
-    ``EMULATOR_DOCKER_FILES=copy`` forces copies."""
-    mode = spec.options.get("files")
-    if mode in (files.COPY, files.BIND):
-        return str(mode)
-    return files.COPY if files.requested_mode() == files.COPY else files.BIND
-
-
-def _files_mode(client: Any, image: str | None, launches: Sequence[HostLaunch],
-                labels: Mapping[str, str]) -> tuple[str, str]:
-    """How the job's files reach its containers (:func:`emulator.backends.docker_files.choose_mode`);
-    probed with the job's image, or the emulator image while the job's is not built yet."""
-    probe_image = image
-    if probe_image is None:
-        try:
-            client.images.get(DEFAULT_IMAGE)
-            probe_image = DEFAULT_IMAGE
-        except Exception:
-            if files.requested_mode() == "auto":
-                return files.COPY, "no image to run the sentinel check with yet; files are copied"
-    return files.choose_mode(client, probe_image or DEFAULT_IMAGE, (m for h in launches for m in h.mounts), labels)
 
 
 def _inhost_source() -> Path:

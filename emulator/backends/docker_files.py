@@ -48,7 +48,7 @@ from typing import IO, Any
 
 from ..errors import BackendUnavailable
 from ..inhost import protocol as P
-from .base import HostLaunch, Mount
+from .base import HostLaunch, LaunchSpec, Mount
 
 #: Environment variable that forces how files reach the containers: ``copy``, ``bind``, or
 #: ``auto`` (the default: bind when the sentinel check passes, else copy).
@@ -82,6 +82,32 @@ def anchor(path: Path) -> Path:
     while not p.exists() and p != p.parent:
         p = p.parent
     return p if p.is_dir() else p.parent
+
+
+def spec_files(spec: LaunchSpec) -> str:
+    """The spec's files mode; a spec made without one (by hand) binds unless
+    ``EMULATOR_DOCKER_FILES=copy`` forces copies."""
+    mode = spec.options.get("files")
+    if mode in (COPY, BIND):
+        return str(mode)
+    return COPY if requested_mode() == COPY else BIND
+
+
+def files_mode(client: Any, image: str | None, labels: Mapping[str, str],
+               mounts: Iterable[Mount]) -> tuple[str, str]:
+    """How a job's files reach its containers (:func:`choose_mode`); probed with the job's image
+    ``image``, or the emulator image while the job's is not built yet."""
+    from .docker import DEFAULT_IMAGE
+
+    probe_image = image
+    if probe_image is None:
+        try:
+            client.images.get(DEFAULT_IMAGE)
+            probe_image = DEFAULT_IMAGE
+        except Exception:
+            if requested_mode() == "auto":
+                return COPY, "no image to run the sentinel check with yet; files are copied"
+    return choose_mode(client, probe_image or DEFAULT_IMAGE, mounts, labels)
 
 
 def choose_mode(client: Any, image: str, mounts: Iterable[Mount], labels: Mapping[str, str]) -> tuple[str, str]:
