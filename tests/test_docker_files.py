@@ -292,3 +292,32 @@ def test_copy_mode_sharded_channel_in_and_outside_checkpoints_out(tmp_path: Path
     assert sorted(p.name for p in ckpt.iterdir()) == ["algo-1.ckpt", "algo-2.ckpt"]
     assert sorted(p.name for p in data.iterdir()) == parts  # nothing written into the user's channel
     assert _left(_spec(result.job_dir)["job_id"]) == []
+
+
+def test_extract_keeps_everything_inside_the_folder(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes = b"", **attrs: Any) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            for k, v in attrs.items():
+                setattr(info, k, v)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+        add("ml", type=tarfile.DIRTYPE, mode=0o755)
+        add("ml/model", type=tarfile.DIRTYPE, mode=0o755)
+        add("ml/model/w.pt", b"weights", mode=0o4755)
+        add("ml/model/latest", type=tarfile.SYMTYPE, linkname="w.pt")
+        add("ml/model/passwd", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        add("ml/model/up", type=tarfile.SYMTYPE, linkname="../../../outside")
+        add("ml/../escape.txt", b"no")
+        add("ml/input/data/train/big.csv", b"channel")
+    dest = tmp_path / "dest" / "tree"
+    files.extract([buf.getvalue()[:1000], buf.getvalue()[1000:]], dest, "ml", skip=["input/data/train"])
+    assert (dest / "model" / "w.pt").read_bytes() == b"weights"
+    assert (dest / "model" / "w.pt").stat().st_mode & 0o7777 == 0o755  # setuid dropped
+    assert os.readlink(dest / "model" / "latest") == "w.pt"
+    assert not (dest / "model" / "passwd").is_symlink() and not (dest / "model" / "up").is_symlink()
+    assert not (tmp_path / "dest" / "escape.txt").exists() and not (dest / "input").exists()

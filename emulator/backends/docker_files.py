@@ -39,6 +39,7 @@ from __future__ import annotations
 import io
 import os
 import secrets
+import shutil
 import tarfile
 import tempfile
 import threading
@@ -315,15 +316,47 @@ def get_outputs(container: Any, host: HostLaunch) -> list[str]:
 
 
 def extract(stream: Iterable[bytes], dest: Path, top: str, skip: Sequence[str] = ()) -> None:
-    """Extract an engine's archive of folder ``top`` into ``dest`` (tarfile's ``data`` filter:
-    nothing lands outside ``dest``; a member it refuses is skipped, not fatal)."""
+    """Extract an engine's archive of folder ``top`` into ``dest``: folders, regular files (mode
+    kept without setuid/setgid/sticky) and symlinks that stay inside ``dest``; nothing lands outside
+    ``dest``; devices, hard links and links out are skipped. Written by hand rather than with
+    tarfile's ``data`` filter, which Python before 3.11.4 (e.g. Debian bookworm's) lacks."""
     dest.mkdir(parents=True, exist_ok=True)
+    root = os.path.realpath(dest)
     with tarfile.open(fileobj=_Chunks(stream), mode="r|") as tar:
         for info in _members(tar, top, skip):
-            try:
-                tar.extract(info, dest, filter="data")
-            except (tarfile.FilterError, OSError):
+            joined = os.path.join(root, info.name)
+            target = os.path.join(os.path.realpath(os.path.dirname(joined)), os.path.basename(joined))
+            if os.path.commonpath([root, target]) != root or target == root or info.name.endswith(".."):
                 continue
+            try:
+                _write_member(tar, info, Path(target), root)
+            except OSError:
+                continue
+
+
+def _write_member(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, root: str) -> None:
+    if info.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+        target.chmod((info.mode & 0o777) | 0o700)
+    elif info.isfile():
+        source = tar.extractfile(info)
+        if source is None:
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.is_dir():
+            return
+        with open(target, "wb") as out:
+            shutil.copyfileobj(source, out)
+        target.chmod(info.mode & 0o777)
+    elif info.issym():
+        pointed = os.path.realpath(os.path.join(os.path.dirname(target), info.linkname))
+        if os.path.isabs(info.linkname) or os.path.commonpath([root, pointed]) != root:
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        if not target.exists():
+            target.symlink_to(info.linkname)
 
 
 class _Chunks(io.RawIOBase):
