@@ -52,6 +52,8 @@ def test_plan_is_what_runs(backend: str, tmp_path: Path, request: pytest.Fixture
     assert ran.returncode == 0, ran.stdout + ran.stderr
     reported = _reported(tmp_path / "out" / name)
     assert sorted(reported) == ["algo-1", "algo-2"]
+    copied = json.loads((tmp_path / "out" / name / "launch-spec.json").read_text())["options"].get("files") == "copy"
+    assert spec["options"].get("files") == ("copy" if copied else "bind" if backend == "docker" else None)
     for host in spec["hosts"]:
         seen = reported[host["name"]]
         assert seen["env"] == host["environment"], {
@@ -59,7 +61,10 @@ def test_plan_is_what_runs(backend: str, tmp_path: Path, request: pytest.Fixture
             for k in set(seen["env"]) ^ set(host["environment"]) | {
                 k for k in seen["env"] if seen["env"].get(k) != host["environment"].get(k)}}
         assert seen["address"] == host["address"]
-        assert seen["hosts"] == host["hosts_file"]
+        if copied:  # the engine writes /etc/hosts (EMULATOR_DOCKER_FILES=copy): every algo-N added to it
+            assert {ln for ln in host["hosts_file"].splitlines() if "algo-" in ln} <= set(seen["hosts"].splitlines())
+        else:
+            assert seen["hosts"] == host["hosts_file"]
         if backend == "process":
             assert seen["cmdline"] == host["command"]
         else:  # the image's entrypoint execs the command: `train`, a Python console script

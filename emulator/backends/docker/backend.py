@@ -16,6 +16,10 @@ What is not: no GPUs, EFA or instance sizing (no CPU/memory limits); the contain
 -> grace -> SIGKILL like ``StopTrainingJob``, but ``HostHandle.signal`` reaches every process of
 the container (as the process backend does), not only PID 1.
 
+Files reach the containers by bind mounts only where a sentinel check proved the engine sees this
+machine's folders; otherwise (docker-outside-of-docker, ``docker:dind``, colima) they are copied
+through the engine's API: :mod:`emulator.backends.docker.files` (``options.files`` of the spec).
+
 The docker SDK is imported lazily (``import emulator`` never imports ``docker``).
 """
 
@@ -42,6 +46,7 @@ from ...errors import BackendUnavailable
 from ...inhost import protocol as P
 from ...job.toolkit_model import TOOLKIT_VERSION
 from ..base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
+from . import files
 
 if TYPE_CHECKING:
     from ...job.plan import JobPlan
@@ -108,6 +113,16 @@ def _client(timeout: float = API_TIMEOUT) -> Any:
             "use the socket, or use --backend process"
         ) from e
     return client
+
+
+def engine_error(what: str, e: BaseException) -> BackendUnavailable:
+    """A clear error for an engine call that failed before the job started (exit status 3)."""
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    detail = getattr(e, "explanation", None) or str(e)
+    return BackendUnavailable(
+        f"the docker engine at {where} could not {what} ({e.__class__.__name__}: {detail}); check that the "
+        f"engine runs and you may use it, that no stale job holds its resources (`python -m emulator reap "
+        f"JOB_DIR`), or force copied files with {files.FILES_ENV}=copy if a bind mount is what failed")
 
 
 def owner_labels() -> dict[str, str]:
@@ -309,8 +324,13 @@ class DockerJob:
     """A started job: its containers, its network, and teardown."""
 
     def __init__(self, job_id: str, client: Any, network: Any, owner: tuple[int, int],
-                 images: Mapping[str, str], writable: Mapping[str, list[str]]) -> None:
+                 images: Mapping[str, str], writable: Mapping[str, list[str]],
+                 spec: LaunchSpec | None = None) -> None:
         self.job_id = job_id
+        #: copy mode: the spec whose writable mounts are copied back at teardown (None: bind mode)
+        self._copy_spec = spec if spec is not None and files.spec_files(spec) == files.COPY else None
+        self._diag_sync: files.DiagSync | None = None
+        self.copy_problems: list[str] = []
         self.hosts: dict[str, DockerHost] = {}
         self._client = client
         self._network = network
@@ -349,6 +369,7 @@ class DockerJob:
             self._done = True
         for name in kept:
             self.hosts[name].kept = True
+        self._copy_out()  # copy mode: what the hosts wrote so far (they stay frozen in their containers)
         _LIVE.discard(self)
         return {"hosts": kept, "network": self._network.name, "owner": list(self._owner),
                 "containers": {n: h.container.name for n, h in self.hosts.items()}}
@@ -360,10 +381,11 @@ class DockerJob:
             self._done = True
         try:
             self._stop(grace)
+            self._copy_out()
             by_image: dict[str, list[str]] = {}
             for name in self.hosts:
                 by_image.setdefault(self._images[name], []).extend(self._writable[name])
-            for image, sources in by_image.items():
+            for image, sources in by_image.items() if self._copy_spec is None else ():
                 _chown_mounts(self._client, image, sources, self._owner,
                               {LABEL_JOB: self.job_id, **owner_labels()})
             for h in self.hosts.values():
@@ -372,6 +394,20 @@ class DockerJob:
             _remove(self._network)
         finally:
             _LIVE.discard(self)
+
+    def _copy_out(self) -> None:
+        """Copy mode: take every host's writable mounts out of its container into this machine's
+        folders (where bind mounts would have left them). Nothing in bind mode."""
+        if self._copy_spec is None:
+            return
+        if self._diag_sync is not None:
+            self._diag_sync.stop()
+        for launch in self._copy_spec.hosts:
+            h = self.hosts.get(launch.name)
+            if h is None or not h.started:  # never started: it holds only what was put in
+                continue
+            self.copy_problems += [f"{launch.name} {p}" for p in files.get_outputs(h.container, launch)]
+            files.hand_back([m.source for m in launch.mounts if not m.read_only], self._owner)
 
     def _stop(self, grace: float) -> None:
         running = [h for h in self.hosts.values() if h.started and h.poll() is None]
@@ -511,7 +547,10 @@ class DockerBackend:
         config: dict[str, Any] = {}
         if job_image.built:  # a family image not built yet has no ENV to read: `pending` says so
             self._require_image(client, image)
-            config = client.images.get(image).attrs.get("Config") or {}
+            try:
+                config = client.images.get(image).attrs.get("Config") or {}
+            except _sdk(".errors").DockerException as e:
+                raise engine_error(f"inspect the image {image}", e) from None
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         entrypoint = tuple(config.get("Entrypoint") or ())
         if plan.request.container_command:  # ContainerEntrypoint replaces the image's, as on SageMaker
@@ -519,11 +558,18 @@ class DockerBackend:
         # what the emulator image's ENTRYPOINT (a bash script that execs the command) adds;
         # another image's entrypoint may add variables the spec cannot know
         added = {**ENTRYPOINT_ENV, "PWD": P.CODE_DIR} if entrypoint == (ENTRYPOINT,) else {}
-        subnet = _free_subnet(client, P.JOB_SUBNET)
+        try:
+            subnet = _free_subnet(client, P.JOB_SUBNET)
+        except _sdk(".errors").DockerException as e:
+            raise engine_error("list its networks (to choose the job's subnet)", e) from None
         addresses = host_addresses(subnet, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
         inhost = Mount(_inhost_source(), INHOST_ROOT, read_only=True)
+        probe_labels = {LABEL_JOB: job_id, LABEL_SCRATCH: str(scratch), **owner_labels()}
+        mode, why = files.files_mode(client, image if job_image.built else None, probe_labels, [
+            inhost, diag, *extra_mounts,
+            *(m for host in plan.hosts for m in host_mounts(plan, host.name))])
         launches = []
         for host in plan.hosts:
             # docker sets HOSTNAME, and HOME for root when the image has none
@@ -539,7 +585,9 @@ class DockerBackend:
                         "sagemaker-emulator.job-name": plan.request.job_name, **job_labels(scratch)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=subnet, hosts=tuple(launches),
                           scratch=scratch,
-                          options={"shm_size": SHM_SIZE, "user": "0",
+                          options={"shm_size": SHM_SIZE, "user": "0", "files": mode, "files_reason": why,
+                                   **({"etc_hosts": "the engine's, with every algo-N of hosts_file added (--add-host)"}
+                                      if mode == files.COPY else {}),
                                    "entrypoint": "request" if plan.request.container_command else "image",
                                    "framework": framework, **({"pending": pending} if pending else {}),
                                    **names_and_ssh(job_id, [h.name for h in plan.hosts], scratch)})
@@ -557,20 +605,39 @@ class DockerBackend:
                     m.source.mkdir(parents=True, exist_ok=True)
         images = {h.name: h.image or DEFAULT_IMAGE for h in spec.hosts}
         writable = {h.name: [str(m.source) for m in h.mounts if not m.read_only] for h in spec.hosts}
-        network = _create_network(client, spec, labels)
-        handle = DockerJob(spec.job_id, client, network, self.owner, images, writable)
+        copy = files.spec_files(spec) == files.COPY
+        dexc = _sdk(".errors").DockerException
+        try:
+            network = _create_network(client, spec, labels)
+        except dexc as e:
+            raise engine_error(f"create the job network {network_name(spec.job_id)} on {spec.subnet}", e) from None
+        handle = DockerJob(spec.job_id, client, network, self.owner, images, writable, spec)
+        step = "make the cluster's ssh keys"
         try:
             private, public = _make_keypair(spec.scratch / "ssh")
             keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key"))
             stream_client = _client(timeout=STREAM_TIMEOUT)
             for h in spec.hosts:
-                container = _create_container(client, h, spec, network.name, labels)
+                step = f"create the container of {h.name} from {h.image}"
+                container = _create_container(client, h, spec, network.name, labels, copy=copy)
                 handle.hosts[h.name] = DockerHost(h.name, container, h.log_path, stream_client)
+                step = f"copy the files of {h.name} into its container"
                 container.put_archive("/", keys)
+                if copy:
+                    files.put_inputs(container, h)
             for dh in handle.hosts.values():
+                step = f"start the container of {dh.name}"
                 Path(dh.log_path).parent.mkdir(parents=True, exist_ok=True)
                 dh.container.start()
                 dh._follow()
+            if copy:
+                diag = next((m.source for m in spec.hosts[0].mounts if m.target == P.DIAG_DIR), None)
+                if diag is not None:
+                    handle._diag_sync = files.DiagSync({n: dh.container for n, dh in handle.hosts.items()}, diag)
+                    handle._diag_sync.start()
+        except dexc as e:
+            handle.teardown(grace=0)
+            raise engine_error(step, e) from None
         except BaseException:
             handle.teardown(grace=0)
             raise
@@ -673,9 +740,12 @@ def _create_network(client: Any, spec: LaunchSpec, labels: Mapping[str, str]) ->
 
 
 def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: str,
-                      labels: Mapping[str, str]) -> Any:
+                      labels: Mapping[str, str], *, copy: bool = False) -> Any:
+    """The host's container, created, not started. ``copy``: no bind mounts (the files are put into
+    it next) and ``/etc/hosts`` made by the engine from the spec's names (``--add-host``)."""
     dmount = _sdk(".types").Mount
-    mounts = [dmount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in host.mounts]
+    mounts = [] if copy else [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
+                              for m in host.mounts]
     endpoint = client.api.create_endpoint_config(aliases=[host.name], ipv4_address=host.address)
     override = spec.options.get("entrypoint") == "request"
     return client.containers.create(
@@ -683,6 +753,7 @@ def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: 
         entrypoint=list(host.command) if override else None, name=container_name(spec.job_id, host.name),
         hostname=host.name, environment=dict(host.env), working_dir=host.workdir or None, mounts=mounts,
         labels={**host.labels, **labels}, network=network, networking_config={network: endpoint},
+        extra_hosts=files.extra_hosts(host) if copy else None,
         shm_size=spec.options.get("shm_size", SHM_SIZE), user=spec.options.get("user", "0"),
         stdin_open=False, tty=False, detach=True)
 
