@@ -53,7 +53,7 @@ from ..base import HostLaunch, LaunchSpec, Mount
 
 #: Environment variable that forces how files reach the containers: ``copy``, ``bind``, or
 #: ``auto`` (the default: bind when the sentinel check passes, else copy).
-FILES_ENV = "EMULATOR_DOCKER_FILES"
+FILES_ENV = P.ENV_PREFIX + "DOCKER_FILES"  # EMULATOR_DOCKER_FILES (caller side; never set in hosts)
 MODES = ("auto", "copy", "bind")
 COPY, BIND = "copy", "bind"
 DIAG_SYNC_INTERVAL = 1.0
