@@ -10,9 +10,11 @@ module docstring); their tags are written here as that page lists them.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+import emulator
 from emulator.errors import RequestError
 from emulator.job import frameworks
 
@@ -156,8 +158,28 @@ def test_process_backend_refusal_names_both_versions_and_docker() -> None:
     text = frameworks.process_refusal(sel, (3, 11))
     assert text is not None
     assert "torch 1.12.1" in text and "Python 3.11" in text and "--backend docker" in text
-    assert frameworks.process_refusal(sel, (3, 9)) is None
-    assert frameworks.process_refusal(frameworks.select("1.13"), (3, 11)) is None
+    assert frameworks.process_refusal(sel, (3, 9), allow_untested=True) is None
+    assert frameworks.process_refusal(frameworks.select("1.13"), (3, 11), allow_untested=True) is None
+
+
+def test_process_backend_refuses_a_family_without_a_smoke_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family tests/test_families.py does not run is refused before any host starts, naming the
+    tested families and the opt-in; a tested one is not."""
+    monkeypatch.delenv("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", raising=False)  # the suite's "current"
+    monkeypatch.delenv(frameworks.UNTESTED_VAR, raising=False)
+    assert frameworks.process_refusal(frameworks.select("2.2.0"), (3, 11)) is None
+    text = frameworks.process_refusal(frameworks.select("2.6.0"), (3, 11))
+    assert text is not None and "2.6" in text and frameworks.UNTESTED_VAR in text
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('never')\n")
+    out = tmp_path / "out"
+    with pytest.raises(RequestError) as info:
+        emulator.run(entry_point="train.py", source_dir=src, instance_count=2, instance_type="ml.g5.xlarge",
+                     framework_version="2.6.0", py_version="py312", backend="process", output_path=out,
+                     job_name="untested-family", echo=False)
+    assert "framework_version" in str(info.value) and frameworks.UNTESTED_VAR in str(info.value)
+    assert not (out / "untested-family").exists()
 
 
 def test_every_family_has_a_debian_python_and_a_tag_name() -> None:

@@ -447,8 +447,17 @@ def parse_dlc_image(image_uri: str) -> tuple[str, str | None] | None:
     return tag["version"], py.group(1) if py else None
 
 
+#: Families the process backend runs: each has a 2-host smoke test (tests/test_families.py, ``nox -s
+#: families``; 2.13 is the torch the whole suite runs). Other families install and may work, but a
+#: family's gap (as 2.2's optimizer's CUDA-graph check was) shows only when it runs, so they are
+#: refused unless :data:`UNTESTED_VAR` is ``1``.
+SMOKE_TESTED = ("2.0", "2.2", "2.5", "2.8", "2.13")
+#: ``SAGEMAKER_EMULATOR_UNTESTED_FAMILIES=1``: run a family without a smoke test on the process backend.
+UNTESTED_VAR = "SAGEMAKER_EMULATOR_UNTESTED_FAMILIES"
+
+
 def process_refusal(selection: Selection | None, python: tuple[int, int],
-                    python_label: str | None = None) -> str | None:
+                    python_label: str | None = None, *, allow_untested: bool = False) -> str | None:
     """Why the process backend cannot run ``selection`` with the caller's interpreter, or None.
 
     Pure: ``python`` is the caller's (major, minor). None means the named torch has a wheel for
@@ -459,7 +468,12 @@ def process_refusal(selection: Selection | None, python: tuple[int, int],
         return None
     fam = selection.family
     if fam.runs_on(python):
-        return None
+        if fam.name in SMOKE_TESTED or allow_untested:
+            return None
+        return (f"framework_version {selection.framework_version}: the torch {fam.name} family has no smoke "
+                f"test on the process backend (tested: {', '.join(SMOKE_TESTED)}), so a gap of its torch "
+                f"in the emulated GPUs would show only as a failed job; use a tested family's version, "
+                f"or set {UNTESTED_VAR}=1 to run it anyway")
     here = python_label or f"{python[0]}.{python[1]}"
     low, high = fam.wheel_pythons
     return (f"framework_version {selection.framework_version}: torch {fam.torch} has no wheel "
@@ -506,5 +520,20 @@ def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
              "lightning tested": f.lightning or "-"} for f in families]
 
 
-__all__ = ["CURRENT", "FAMILIES", "Family", "Selection", "dlc_modules", "family", "import_name", "is_dlc_image",
-           "parse_dlc_image", "process_refusal", "record", "select", "table"]
+__all__ = [
+    "CURRENT",
+    "FAMILIES",
+    "SMOKE_TESTED",
+    "UNTESTED_VAR",
+    "Family",
+    "Selection",
+    "dlc_modules",
+    "family",
+    "import_name",
+    "is_dlc_image",
+    "parse_dlc_image",
+    "process_refusal",
+    "record",
+    "select",
+    "table",
+]

@@ -510,14 +510,18 @@ def _toolkit() -> tuple[str | None, str | None]:
 
 def _refuse(request: JobRequest) -> None:
     """RequestError, before anything starts, for a framework whose torch has no wheel for this
-    interpreter (torch 1.12 on Python 3.11), naming both versions and ``--backend docker``."""
+    interpreter (torch 1.12 on Python 3.11), naming both versions and ``--backend docker``, or
+    whose family has no smoke test (:data:`~emulator.job.frameworks.SMOKE_TESTED`)."""
     from ...job import frameworks
 
     selection = request.framework
-    why = frameworks.process_refusal(selection, sys.version_info[:2], platform.python_version())
+    allow = os.environ.get(frameworks.UNTESTED_VAR) == "1"
+    why = frameworks.process_refusal(selection, sys.version_info[:2], platform.python_version(),
+                                     allow_untested=allow)
     if why is not None and selection is not None:
         here = sys.version_info[:2]
-        runnable = [f.name for f in frameworks.FAMILIES if f.runs_on(here)]
+        runnable = [f.name for f in frameworks.FAMILIES
+                    if f.runs_on(here) and (allow or f.name in frameworks.SMOKE_TESTED)]
         raise RequestError(frameworks.FIELD_VERSION if selection.source == frameworks.FIELD_VERSION
                            else frameworks.FIELD_IMAGE, why,
                            allowed=f"on the process backend with Python {here[0]}.{here[1]}: "
