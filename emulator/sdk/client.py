@@ -30,7 +30,7 @@ from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
 from ..job import profiles
 from ..job.result import JobResult, iso
-from .s3 import INTERNAL, S3Store
+from .s3 import INTERNAL, S3Store, default_store
 from .translate import Translated, from_create_training_job
 
 #: Fields of the CreateTrainingJob request that DescribeTrainingJob echoes back.
@@ -295,3 +295,21 @@ def print_warnings(job: EmulatedJob, stream: TextIO | None = None) -> None:
 
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
+
+
+def for_session(boto_session: Any, *, region: str | None, s3_root: str | Path | None, backend: str,
+                gpus_per_host: int | None, keep_hosts: bool, stop_grace: float,
+                framework_version: str | None, profile: str) -> tuple[str, S3Store, EmulatorSageMakerClient]:
+    """The emulator's half of an SDK session (v2's and v3's ``EmulatorSession`` both start here):
+    the region as the SDK finds it (the argument, the boto session's, then boto3's default region
+    — ``AWS_DEFAULT_REGION`` or ``~/.aws/config`` — then the emulator's default), the S3 store
+    (a folder of its own, or the per-user default) and the client that runs the jobs."""
+    import boto3
+
+    region = (region or getattr(boto_session, "region_name", None) or boto3.session.Session().region_name
+              or P.DEFAULT_REGION)
+    store = S3Store(Path(s3_root), region=region).open() if s3_root is not None else default_store(region)
+    client = EmulatorSageMakerClient(store, region=region, backend=backend, gpus_per_host=gpus_per_host,
+                                     keep_hosts=keep_hosts, stop_grace=stop_grace,
+                                     framework_version=framework_version, profile=profile)
+    return region, store, client

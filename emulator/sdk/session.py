@@ -27,11 +27,12 @@ from typing import Any
 import boto3
 from sagemaker.session import Session, _check_job_status
 
+from ..backends import DEFAULT_BACKEND
 from ..console import RAW_SUFFIX, LogTailer
 from ..inhost import protocol as P
 from ..job.profiles import EXACT
-from .client import EmulatorSageMakerClient
-from .s3 import ACCOUNT, S3Store, default_store
+from .client import for_session
+from .s3 import ACCOUNT
 
 #: The role every emulated job reports; any role ARN a launcher passes is accepted.
 EMULATOR_ROLE = f"arn:aws:iam::{ACCOUNT}:role/SageMakerEmulatorRole"
@@ -43,18 +44,14 @@ class EmulatorSession(Session):
     """A ``sagemaker.Session`` that needs no AWS account and runs training jobs on the emulator."""
 
     def __init__(self, boto_session: Any = None, *, region: str | None = None,
-                 s3_root: str | Path | None = None, backend: str = "auto",
+                 s3_root: str | Path | None = None, backend: str = DEFAULT_BACKEND,
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
                  framework_version: str | None = None, profile: str = EXACT,
                  **session_kwargs: Any) -> None:
-        region = region or (boto_session.region_name if boto_session is not None else None) or P.DEFAULT_REGION
-        self.s3_store: S3Store = (S3Store(Path(s3_root), region=region).open() if s3_root is not None
-                                  else default_store(region))
-        self.emulator_client = EmulatorSageMakerClient(self.s3_store, region=region, backend=backend,
-                                                       gpus_per_host=gpus_per_host, keep_hosts=keep_hosts,
-                                                       stop_grace=stop_grace, framework_version=framework_version,
-                                                       profile=profile)
+        region, self.s3_store, self.emulator_client = for_session(
+            boto_session, region=region, s3_root=s3_root, backend=backend, gpus_per_host=gpus_per_host,
+            keep_hosts=keep_hosts, stop_grace=stop_grace, framework_version=framework_version, profile=profile)
         super().__init__(boto_session=boto_session or boto3.session.Session(region_name=region),
                          sagemaker_client=self.emulator_client, default_bucket=default_bucket,
                          **session_kwargs)

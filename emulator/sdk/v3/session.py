@@ -36,13 +36,12 @@ from typing import Any, TextIO
 import boto3
 from sagemaker.core.helper.session_helper import Session
 
+from ...backends import DEFAULT_BACKEND
 from ...inhost import protocol as P
 from ...job.profiles import EXACT
-from ...job.request import DEFAULT_REGION
 from ..aws import ROLE_ARN, answer_identity
-from ..client import EmulatedJob, EmulatorSageMakerClient, print_warnings
+from ..client import EmulatedJob, EmulatorSageMakerClient, for_session, print_warnings
 from ..cwlogs import LogFeed
-from ..s3 import S3Store, default_store
 
 #: The services whose identity questions the emulator answers itself (see :mod:`emulator.sdk.aws`).
 IDENTITY_SERVICES = ("sts", "iam")
@@ -70,7 +69,7 @@ class EmulatorSession(Session):
     """A v3 ``Session`` that needs no AWS account and runs training jobs on the emulator."""
 
     def __init__(self, boto_session: Any = None, *, region: str | None = None,
-                 s3_root: str | Path | None = None, backend: str = "auto",
+                 s3_root: str | Path | None = None, backend: str = DEFAULT_BACKEND,
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
                  framework_version: str | None = None, profile: str = EXACT,
@@ -79,14 +78,9 @@ class EmulatorSession(Session):
         runs (``python -m emulator launch`` does; the SDK's own ``logs=True`` output goes through
         its logger, which prints only when logging is configured). ``warnings_to``: where quirk
         warnings go (stderr)."""
-        region = (region or getattr(boto_session, "region_name", None) or boto3.session.Session().region_name
-                  or DEFAULT_REGION)
-        self.s3_store: S3Store = (S3Store(Path(s3_root), region=region).open() if s3_root is not None
-                                  else default_store(region))
-        self.emulator_client = EmulatorSageMakerClient(self.s3_store, region=region, backend=backend,
-                                                       gpus_per_host=gpus_per_host, keep_hosts=keep_hosts,
-                                                       stop_grace=stop_grace, framework_version=framework_version,
-                                                       profile=profile)
+        region, self.s3_store, self.emulator_client = for_session(
+            boto_session, region=region, s3_root=s3_root, backend=backend, gpus_per_host=gpus_per_host,
+            keep_hosts=keep_hosts, stop_grace=stop_grace, framework_version=framework_version, profile=profile)
         self.emulator_client.on_start.append(self._feed_logs)
         self.emulator_client.on_finish.append(self._finished)
         self._feeds: dict[str, LogFeed] = {}
