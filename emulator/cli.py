@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from .backends import BACKENDS, DEFAULT_BACKEND
+from .backends.choose import AUTO
 from .errors import EmulatorError, RequestError, Terminated
 from .inhost.protocol import STOP_GRACE, scratch_prefix
 from .job.instance_types import DEFAULT_INSTANCE_TYPE
@@ -62,7 +64,7 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-run", type=int, default=86_400, metavar="SECONDS")
     p.add_argument("--job-name")
     p.add_argument("--output-dir", default="./out", help="a folder per job goes here")
-    p.add_argument("--backend", default="auto", choices=["auto", "process", "docker"],
+    p.add_argument("--backend", default=DEFAULT_BACKEND, choices=[AUTO, *BACKENDS],
                    help="auto (default): the process backend where this machine allows its namespaces, "
                         "else docker where an engine answers (the choice and why: console and job.json)")
     p.add_argument("--image", help="docker backend: image to run (a PyTorch DLC URI maps to the emulator's "
