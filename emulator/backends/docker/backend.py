@@ -26,7 +26,6 @@ The docker SDK is imported lazily (``import emulator`` never imports ``docker``)
 from __future__ import annotations
 
 import atexit
-import importlib
 import io
 import ipaddress
 import os
@@ -46,7 +45,7 @@ from ...errors import BackendUnavailable
 from ...inhost import protocol as P
 from ...job.toolkit_model import TOOLKIT_VERSION
 from ..base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
-from . import files
+from . import engine, files
 
 if TYPE_CHECKING:
     from ...job.plan import JobPlan
@@ -91,17 +90,10 @@ def resolve_image(image: str | None) -> str:
     return image
 
 
-def _sdk(sub: str = "") -> Any:
-    """The docker SDK (or one of its modules), imported now. Typed Any: the SDK has no stubs."""
-    try:
-        return importlib.import_module(f"docker{sub}")
-    except ImportError as e:
-        raise BackendUnavailable("the docker backend needs the docker SDK: "
-                                 "pip install 'sagemaker-cluster-emulator[docker]'") from e
 
 
 def _client(timeout: float = API_TIMEOUT) -> Any:
-    docker = _sdk()
+    docker = engine.sdk()
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
@@ -193,7 +185,7 @@ def _chown_mounts(client: Any, image: str, sources: Iterable[str], owner: tuple[
     sources = sorted({s for s in sources if Path(s).exists()})
     if not sources or owner == (0, 0):
         return
-    dmount = _sdk(".types").Mount
+    dmount = engine.sdk(".types").Mount
     mounts = [dmount(f"/mnt/{i}", s, type="bind") for i, s in enumerate(sources)]
     try:
         client.containers.run(
@@ -458,7 +450,7 @@ class DockerBackend:
     def _require_image(client: Any, image: str) -> None:
         try:
             client.images.get(image)
-        except _sdk(".errors").ImageNotFound:
+        except engine.sdk(".errors").ImageNotFound:
             hint = (f"build it with `{IMAGE_SESSION}` (or `python docker/build.py`)"
                     if image == DEFAULT_IMAGE else f"pull or build it (`docker pull {image}`)")
             raise BackendUnavailable(
@@ -549,7 +541,7 @@ class DockerBackend:
             self._require_image(client, image)
             try:
                 config = client.images.get(image).attrs.get("Config") or {}
-            except _sdk(".errors").DockerException as e:
+            except engine.sdk(".errors").DockerException as e:
                 raise engine_error(f"inspect the image {image}", e) from None
         image_env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
         entrypoint = tuple(config.get("Entrypoint") or ())
@@ -560,7 +552,7 @@ class DockerBackend:
         added = {**ENTRYPOINT_ENV, "PWD": P.CODE_DIR} if entrypoint == (ENTRYPOINT,) else {}
         try:
             subnet = _free_subnet(client, P.JOB_SUBNET)
-        except _sdk(".errors").DockerException as e:
+        except engine.sdk(".errors").DockerException as e:
             raise engine_error("list its networks (to choose the job's subnet)", e) from None
         addresses = host_addresses(subnet, [h.name for h in plan.hosts])
         etc_hosts = hosts_file(addresses)
@@ -606,7 +598,7 @@ class DockerBackend:
         images = {h.name: h.image or DEFAULT_IMAGE for h in spec.hosts}
         writable = {h.name: [str(m.source) for m in h.mounts if not m.read_only] for h in spec.hosts}
         copy = files.spec_files(spec) == files.COPY
-        dexc = _sdk(".errors").DockerException
+        dexc = engine.sdk(".errors").DockerException
         try:
             network = _create_network(client, spec, labels)
         except dexc as e:
@@ -727,13 +719,13 @@ SUBNET_TRIES = 64
 def _create_network(client: Any, spec: LaunchSpec, labels: Mapping[str, str]) -> Any:
     """The job's bridge network on the spec's subnet (internal unless the job allows egress).
     Raises :class:`SubnetTaken` when a concurrent job took the subnet since the spec was made."""
-    types = _sdk(".types")
+    types = engine.sdk(".types")
     ipam = types.IPAMConfig(pool_configs=[types.IPAMPool(subnet=spec.subnet)])
     try:
         return client.networks.create(network_name(spec.job_id), ipam=ipam, driver="bridge",
                                       internal=not spec.allow_egress, labels=dict(labels),
                                       check_duplicate=True)
-    except _sdk(".errors").APIError as e:
+    except engine.sdk(".errors").APIError as e:
         if "overlap" in str(e).lower():
             raise SubnetTaken(spec.subnet) from e
         raise
@@ -743,7 +735,7 @@ def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: 
                       labels: Mapping[str, str], *, copy: bool = False) -> Any:
     """The host's container, created, not started. ``copy``: no bind mounts (the files are put into
     it next) and ``/etc/hosts`` made by the engine from the spec's names (``--add-host``)."""
-    dmount = _sdk(".types").Mount
+    dmount = engine.sdk(".types").Mount
     mounts = [] if copy else [dmount(m.target, str(m.source), type="bind", read_only=m.read_only)
                               for m in host.mounts]
     endpoint = client.api.create_endpoint_config(aliases=[host.name], ipv4_address=host.address)
@@ -809,7 +801,7 @@ def remove_job(container_names: Iterable[str], network: str, *, owner: tuple[int
     """Remove a kept job's containers and network (see :mod:`emulator.kept.records`), whoever owns them;
     what is already gone is skipped. Returns the names of what was removed."""
     client = _client()
-    errors = _sdk(".errors")
+    errors = engine.sdk(".errors")
     containers, networks = [], []
     for name in container_names:
         try:

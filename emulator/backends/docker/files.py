@@ -161,7 +161,8 @@ def _listing(folder: Path) -> list[str]:
 
 def _run_probe(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str],
                writable: Set[Path]) -> dict[Path, bool]:
-    from .backend import LABEL_HELPER, _sdk
+    from . import engine
+    from .backend import LABEL_HELPER
 
     sentinels: dict[Path, tuple[Path, str]] = {}
     for f in folders:
@@ -181,7 +182,7 @@ def _run_probe(client: Any, image: str, folders: Sequence[Path], labels: Mapping
         else:
             script.append(f"echo \"{i} $(ls -A {target} 2>/dev/null | LC_ALL=C sort | head -n {LISTING_LIMIT} "
                           "| tr '\\n' '/')\"")
-    dmount = _sdk(".types").Mount
+    dmount = engine.sdk(".types").Mount
     mounts = [dmount(f"{PROBE_MOUNT}/{i}", str(f), type="bind", read_only=f not in sentinels)
               for i, f in enumerate(folders)]
     out = ""
