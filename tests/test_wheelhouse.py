@@ -74,7 +74,13 @@ def _install_in_image(tmp_path: Path, text: str) -> subprocess.CompletedProcess[
 
 
 @needs_docker
-def test_toolkit_installs_offline_from_the_wheelhouse(tmp_path: Path) -> None:
+@pytest.mark.parametrize("files_mode", ["auto", "copy"])
+def test_toolkit_installs_offline_from_the_wheelhouse(tmp_path: Path, files_mode: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolved in a helper container whose folders are bind mounts where the engine sees them
+    (``auto`` here) or copied in and out through the engine's API (``copy``, as for an engine
+    that does not share this machine's filesystem)."""
+    monkeypatch.setenv("EMULATOR_DOCKER_FILES", files_mode)
     done = _install_in_image(tmp_path, "pyfiglet==0.8.post1\ndocopt==0.6.2\n")
     out = done.stdout + done.stderr
     assert done.returncode == 0, out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...errors import BackendUnavailable
@@ -91,15 +91,20 @@ def image_id(image: str) -> str:
 
 def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping[str, str], entrypoint: str,
                network: str, volumes: Mapping[str, Mapping[str, str]] | None = None,
-               environment: Mapping[str, str] | None = None, timeout: float) -> tuple[int | None, str, str]:
+               environment: Mapping[str, str] | None = None, timeout: float,
+               before_start: Callable[[Any], None] | None = None,
+               after_end: Callable[[Any], object] | None = None) -> tuple[int | None, str, str]:
     """Run a short-lived helper container to its end; (exit status or None on timeout, stdout,
-    stderr). The container is removed whatever happens."""
+    stderr). ``before_start``/``after_end`` get the container (created / ended), e.g. to copy
+    files in and out through the engine's API. The container is removed whatever happens."""
     c = client()
     container = None
     try:
         container = c.containers.create(image, list(command), name=name, labels=dict(labels),
                                         entrypoint=entrypoint, network=network, volumes=dict(volumes or {}),
                                         environment=dict(environment or {}), stdin_open=False, detach=True)
+        if before_start is not None:
+            before_start(container)
         container.start()
         try:
             status: int | None = int(container.wait(timeout=timeout).get("StatusCode", 1))
@@ -107,6 +112,8 @@ def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping
             if "timed out" not in str(e).lower():
                 raise
             status = None
+        if after_end is not None:
+            after_end(container)
         out = container.logs(stdout=True, stderr=False).decode(errors="replace")
         err = container.logs(stdout=False, stderr=True).decode(errors="replace")
         return status, out, err

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...inhost.protocol import CODE_DIR
-from . import engine
+from ..base import HostLaunch, Mount
+from . import engine, files
 from . import reaper as helpers
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
@@ -88,19 +89,28 @@ def image_id(image: str) -> str:
 def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
     """Run the resolver in a helper container of ``image`` through the docker SDK (removed
     whatever happens; labelled for ``python -m emulator reap``, see :mod:`emulator.backends.docker.reaper`).
-    Its folders are bind mounts: the engine must see this machine's paths."""
-    volumes = {str(requirements.parent): {"bind": CODE_DIR, "mode": "ro"},
-               str(out): {"bind": "/out", "mode": "rw"},
-               str(RESOLVER): {"bind": "/tmp/sm-emulator-resolver.py", "mode": "ro"}}
+    Its folders are bind mounts when the engine sees this machine's paths (the backend's sentinel
+    check), else they are copied in and the result out through the engine's API."""
+    mounts = [Mount(requirements.parent, CODE_DIR, read_only=True), Mount(out, "/out", read_only=False),
+              Mount(RESOLVER, "/tmp/sm-emulator-resolver.py", read_only=True)]
     environment = {}
     if CA_BUNDLE.is_file():
-        volumes[str(CA_BUNDLE)] = {"bind": "/tmp/sm-emulator-ca.crt", "mode": "ro"}
+        mounts.append(Mount(CA_BUNDLE, "/tmp/sm-emulator-ca.crt", read_only=True))
         environment["PIP_CERT"] = "/tmp/sm-emulator-ca.crt"
+    labels = helpers.labels("wheelhouse")
+    mode, _ = files.choose_mode(engine.client(), image, mounts, labels)
+    copy = mode == files.COPY
+    volumes = {} if copy else {str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                               for m in mounts}
+    host = HostLaunch(name=name, address="", command=(), env={}, workdir="/", mounts=tuple(mounts),
+                      hosts_file="", log_path=out / "resolver.log", argv=())
     status, stdout, stderr = engine.run_helper(
         image, ["/tmp/sm-emulator-resolver.py", f"{CODE_DIR}/{requirements.name}", "/out",
                 str(os.getuid()), str(os.getgid())],
-        name=name, labels=helpers.labels("wheelhouse"), entrypoint="python", network="bridge",
-        volumes=volumes, environment=environment, timeout=RESOLVE_TIMEOUT)
+        name=name, labels=labels, entrypoint="python", network="bridge",
+        volumes=volumes, environment=environment, timeout=RESOLVE_TIMEOUT,
+        before_start=(lambda c: files.put_inputs(c, host)) if copy else None,
+        after_end=(lambda c: files.get_outputs(c, host)) if copy else None)
     if not (out / "result.json").is_file():
         why = "timed out" if status is None else (stderr or stdout).strip()[-2000:]
         (out / "result.json").write_text(json.dumps(
