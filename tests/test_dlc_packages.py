@@ -98,3 +98,24 @@ def test_lightning_installed_here_is_invisible_to_a_job_without_requirements(tmp
     pins = "".join(f"{d}=={metadata.version(d)}\n" for d in ("torchmetrics", "lightning-utilities"))
     fixed = _lightning_job(tmp_path, "lightning-req", f"pytorch-lightning=={version}\n{pins}")
     assert fixed.status == "Completed", fixed.log("algo-1")[-3000:]
+
+
+def test_the_dlc_view_holds_the_dlc_list_and_its_requirements_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a process-backend job may import of this machine's packages: the DLC's list, what hosts
+    need and their requirements, read from the installed metadata; nothing the DLC lacks."""
+    from emulator import dlcview, frameworks
+
+    monkeypatch.setattr(dlcview, "VIEWS", tmp_path / "views")
+    view = dlcview.ensure(None)
+    names = {p.name for p in view.iterdir()}
+    for module in ("torch", "sagemaker_training", "mpi4py", "pip"):
+        assert module in names or f"{module}.py" in names, sorted(names)
+    for absent in ("pytorch_lightning", "lightning_fabric", "transformers", "pytest", "moto", "emulator"):
+        assert absent not in names, absent
+    installed = {d.metadata["Name"].lower(): d for d in metadata.distributions()}
+    if "requests" in installed:  # a requirement of sagemaker-training, so in the view with its own
+        assert "urllib3" in names and "requests" in names
+    other = next(f for f in frameworks.FAMILIES if f.torch.split("+")[0] != metadata.version("torch").split("+")[0])
+    assert "torch" not in {dlcview.canonical(d.metadata["Name"]) for d in dlcview.closure(other)}
+    assert dlcview.ensure(None) == view and (view / ".ready").is_file()  # cached
