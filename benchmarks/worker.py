@@ -98,6 +98,10 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     src.mkdir()
     for name in (spec["script"], MARKS):
         shutil.copy(WORKLOADS / name, src / name)
+    # What the workload needs beyond the DLC (e.g. Lightning), as its job's requirements.txt.
+    requirements = WORKLOADS / f"{Path(spec['script']).stem}.requirements.txt"
+    if requirements.is_file():
+        shutil.copy(requirements, src / "requirements.txt")
     backend: Any = spec.get("backend", "process")
     fast = backend == "fast"
     if fast:

@@ -9,7 +9,11 @@ them here, so the job fails at the import on this machine as it would on SageMak
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
+
+import pytest
+from emulator.result import JobResult
 
 import emulator
 
@@ -40,3 +44,79 @@ def test_a_package_the_dlc_lacks_warns_before_start_and_fails_at_the_import(tmp_
         (hint,) = hints
         assert "No module named 'sm_emulator_absent_pkg': the PyTorch DLC" in hint
         assert "requirements.txt" in hint
+
+
+LIGHTNING_DDP = """\
+import torch
+import pytorch_lightning as pl
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, _):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=4)
+pl.Trainer(accelerator="cpu", devices=1, num_nodes=2, strategy="ddp", max_epochs=1, logger=False,
+           enable_checkpointing=False, enable_progress_bar=False).fit(Tiny(), data)
+"""
+
+
+def _lightning_job(tmp_path: Path, name: str, requirements: str | None) -> JobResult:
+    src = tmp_path / name
+    src.mkdir()
+    (src / "train.py").write_text(LIGHTNING_DDP)
+    if requirements is not None:
+        (src / "requirements.txt").write_text(requirements)
+    return emulator.run(entry_point="train.py", source_dir=src, instance_count=2, output_path=tmp_path / f"{name}-out",
+                        job_name=name, instance_type="ml.g5.12xlarge", gpus_per_host=1, echo=False,
+                        distribution={"torch_distributed": {"enabled": True}})
+
+
+def test_lightning_installed_here_is_invisible_to_a_job_without_requirements(tmp_path: Path) -> None:
+    """No PyTorch DLC ships Lightning (see the module docstring): a Lightning DDP script without a
+    requirements.txt dies at the import on SageMaker, so it does here although this machine's
+    Python has Lightning; naming it in requirements.txt makes the same job complete."""
+    try:
+        version = metadata.version("pytorch-lightning")  # pinned so pip can use the local wheel cache
+    except metadata.PackageNotFoundError:
+        pytest.skip("needs pytorch-lightning in this Python (the test is that jobs do not see it)")
+    bare = _lightning_job(tmp_path, "lightning-bare", None)
+    assert bare.status == "Failed"
+    for host in ("algo-1", "algo-2"):
+        log = bare.log(host)
+        assert "ModuleNotFoundError: No module named 'pytorch_lightning'" in log
+        assert any("[emulator] rank" in line and "No module named 'pytorch_lightning': the PyTorch DLC" in line
+                   and "requirements.txt" in line for line in log.splitlines()), log
+    pins = "".join(f"{d}=={metadata.version(d)}\n" for d in ("torchmetrics", "lightning-utilities"))
+    fixed = _lightning_job(tmp_path, "lightning-req", f"pytorch-lightning=={version}\n{pins}")
+    assert fixed.status == "Completed", fixed.log("algo-1")[-3000:]
+
+
+def test_the_dlc_view_holds_the_dlc_list_and_its_requirements_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a process-backend job may import of this machine's packages: the DLC's list, what hosts
+    need and their requirements, read from the installed metadata; nothing the DLC lacks."""
+    from emulator.backends import dlcview
+    from emulator.job import frameworks
+
+    monkeypatch.setattr(dlcview, "VIEWS", tmp_path / "views")
+    view = dlcview.ensure(None)
+    names = {p.name for p in view.iterdir()}
+    for module in ("torch", "sagemaker_training", "mpi4py", "pip"):
+        assert module in names or f"{module}.py" in names, sorted(names)
+    for absent in ("pytorch_lightning", "lightning_fabric", "transformers", "pytest", "moto", "emulator"):
+        assert absent not in names, absent
+    installed = {d.metadata["Name"].lower(): d for d in metadata.distributions()}
+    if "requests" in installed:  # a requirement of sagemaker-training, so in the view with its own
+        assert "urllib3" in names and "requests" in names
+    other = next(f for f in frameworks.FAMILIES if f.torch.split("+")[0] != metadata.version("torch").split("+")[0])
+    assert "torch" not in {dlcview.canonical(d.metadata["Name"]) for d in dlcview.closure(other)}
+    assert dlcview.ensure(None) == view and (view / ".ready").is_file()  # cached

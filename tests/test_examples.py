@@ -9,7 +9,6 @@ no estimator values of its own, so a change in a launcher is what the job runs.
 from __future__ import annotations
 
 import shutil
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,16 @@ FAST = ("mnist_single", "torch_ddp[torch_distributed]")
 #: (tests/test_mpi_launch.py, tests/test_profiles_equivalence.py).
 SUITE = FAST
 BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
-#: The Lightning each Lightning example's ranks must import: Lightning 1.5 from the example's
-#: requirements.txt (the job environment), else the one installed here (process backend).
-LIGHTNING = {"mnist_lightning15": LIGHTNING15, "mnist_lightning": "installed", "bert_lightning": "installed"}
+#: The Lightning each Lightning example's ranks must import: the release its requirements.txt pins
+#: (no DLC ships Lightning, and jobs do not see the one installed here).
+LIGHTNING = {"mnist_lightning15": LIGHTNING15, "mnist_lightning": "pinned", "bert_lightning": "pinned"}
+
+
+def _pinned(example: str) -> str:
+    """The pytorch-lightning release ``examples/<example>/requirements.txt`` pins."""
+    text = (Path(__file__).parent.parent / "examples" / example / "requirements.txt").read_text()
+    (pin,) = [line.split("==", 1)[1].strip() for line in text.splitlines() if line.startswith("pytorch-lightning==")]
+    return pin
 
 
 def _params() -> list[object]:
@@ -48,8 +54,8 @@ def test_scenario(name: str, tmp_path: Path) -> None:
     assert outcome.passed, render([outcome])
     assert outcome.diagnostics == (), outcome.diagnostics
     expected = LIGHTNING.get(scenario.example, "-")
-    if expected == "installed":
-        expected = metadata.version("pytorch-lightning")
+    if expected == "pinned":
+        expected = _pinned(scenario.example)
     assert outcome.lightning == expected, render([outcome])
 
 

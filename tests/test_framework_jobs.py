@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import uuid
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,10 @@ def test_no_framework_version_keeps_todays_torch_and_says_so(tmp_path: Path) -> 
                            job_name=f"fw-none-{uuid.uuid4().hex[:6]}"), backend="process", echo=False)
     assert result.status == "Completed", result.log("algo-1")[-3000:]
     [seen] = marked_json(result.log("algo-1"), "REPORT ")
-    assert seen["executable"] == sys.executable
+    # Every job runs in a job environment (hosts see a DLC view of this machine's packages, not all
+    # of them); without a framework_version it reuses this machine's torch.
+    assert seen["executable"] == jobenv.interpreter(src) != sys.executable
+    assert seen["torch"] == metadata.version("torch")
     fw = json.loads((result.job_dir / "job.json").read_text())["Emulator"]["Framework"]
     assert fw["FrameworkVersion"] is None and fw["Source"] == "default"
     assert (fw["Torch"], fw["Python"]) == (seen["torch"], seen["python"])

@@ -1,18 +1,19 @@
-"""The job's Python environment, when the source dir has a ``requirements.txt`` or the job names
-a ``framework_version`` (process backend).
+"""The job's Python environment (process backend): every job runs in one.
 
 The toolkit installs ``requirements.txt`` with ``python -m pip install -r`` into the interpreter
-that runs it. Never the user's own environment: hosts run a *job environment* — a venv layered on
-the user's (a ``.pth`` puts the user's site-packages after the venv's), so the user's torch is
-reused and what the requirements add or pin wins. A ``framework_version`` adds the family's torch
-(and its pins, e.g. ``numpy<2``) to the venv first, so it shadows the user's torch as the DLC's
-would. Environments are cached by the hash of the requirements, the framework pins and the user's
-interpreter, prepared once under a file lock (parallel jobs and pytest-xdist workers share them).
-The hosts' own ``pip install`` then finds everything installed and needs no network. If the
-requirements fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install
-fails inside the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch
-cannot be installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would
-have had it).
+that runs it. Never the user's own environment: hosts run a *job environment* — a venv whose
+``.pth`` adds the family's *DLC view* (:mod:`emulator.backends.dlcview`: links to only the distributions
+installed here that the family's DLC ships or hosts need, and their requirements) after the venv's
+own site-packages. The user's other packages (Lightning, transformers, pytest, ...) are invisible,
+as on SageMaker, unless the requirements install them; the user's torch is reused only where it is
+the family's. A ``framework_version`` adds the family's torch (and its pins, e.g. ``numpy<2``) to
+the venv first. Environments are cached by the hash of the requirements, the framework pins, the
+view and the user's interpreter, prepared once under a file lock (parallel jobs and pytest-xdist
+workers share them); one without requirements or pins costs a ``python -m venv`` once. The hosts'
+own ``pip install`` then finds everything installed and needs no network. If the requirements
+fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install fails inside
+the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch cannot be
+installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would have had it).
 
 When the requirements replace a package the DLC pins (torch, numpy, torchvision, ...: the family's
 requirement, constraints and :attr:`~emulator.job.frameworks.Family.packages`), pip does so on
@@ -29,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import site
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -37,21 +37,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailable
+from . import dlcview
 
 if TYPE_CHECKING:
-    from ..job.frameworks import Selection
+    from ..job.frameworks import Family, Selection
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "envs"
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
-
-
-def _user_site_paths() -> list[str]:
-    paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
-    user = site.getusersitepackages()
-    if isinstance(user, str) and os.path.isdir(user):
-        paths.append(user)
-    return paths
 
 
 #: Imported at start-up by every interpreter of a job environment (a ``.pth`` line): a ``pip
@@ -71,13 +64,13 @@ if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
     os.environ["_SM_EMULATOR_PIP_LOCKED"] = "1"
 """
 
-def _create(venv: Path) -> Path:
+def _create(venv: Path, view: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     python = venv / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "_sagemaker_emulator_user_site.pth").write_text("\n".join(_user_site_paths()) + "\n")
+    Path(purelib, "_sagemaker_emulator_dlc_view.pth").write_text(f"{view}\n")
     Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
     Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
     # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
@@ -92,7 +85,7 @@ def _create(venv: Path) -> Path:
 
 
 #: Changes when what a job environment holds changes (so older cached ones are not reused).
-LAYOUT = b"3"
+LAYOUT = b"4"
 
 
 def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
@@ -111,19 +104,25 @@ def framework_pins(selection: Selection | None) -> tuple[str, ...]:
     return (selection.family.requirement, *selection.family.constraints)
 
 
+def family_of(framework: tuple[str, ...]) -> Family | None:
+    """The family whose pins ``framework`` is (:func:`framework_pins`; None: ``current``)."""
+    from ..job import frameworks
+
+    return next((f for f in frameworks.FAMILIES if framework and f.requirement == framework[0]), None)
+
+
 def _key(req: Path | None, pins: tuple[str, ...] = ()) -> str:
     data = LAYOUT + (req.read_bytes() if req is not None else b"") + sys.prefix.encode() + sys.version.encode()
-    if pins:  # keys of environments without a framework stay what they were
+    data += b"\0view\0" + dlcview.key(family_of(pins)).encode()
+    if pins:
         data += b"\0framework\0" + "\n".join(pins).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
 
 def interpreter(source_dir: Path, requirements: Path | None = None, *, framework: tuple[str, ...] = ()) -> str:
-    """The interpreter a job whose source is ``source_dir`` runs with (reads only): this one, or
-    the cached job environment's when there is a requirements file or ``framework`` pins."""
+    """The interpreter a job whose source is ``source_dir`` runs with (reads only): the cached job
+    environment's for its requirements file and ``framework`` pins (made by :func:`prepare`)."""
     req = requirements_of(source_dir, requirements)
-    if req is None and not framework:
-        return sys.executable
     return str(CACHE / _key(req, framework) / "bin" / "python")
 
 
@@ -256,15 +255,14 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             env: Mapping[str, str] | None = None, framework: tuple[str, ...] = ()) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
-    Without a ``requirements.txt`` or ``framework`` pins: this interpreter, nothing to do. Else the
-    cached job environment's interpreter (:func:`interpreter`), installing the pins and then the
-    requirements first if needed (output to ``log``; pip runs with ``env``: the supervisor passes
-    the hosts' environment, so nothing of the caller's reaches it; default: this process's).
+    The cached job environment's interpreter (:func:`interpreter`), making it first if needed: the
+    family's DLC view, the venv, then the pins and the requirements (pip's output to ``log``; pip
+    runs with ``env``: the supervisor passes the hosts' environment, so nothing of the caller's
+    reaches it; default: this process's).
     Raises :class:`~emulator.errors.BackendUnavailable` when the pins cannot be installed.
     """
     req = requirements_of(source_dir, requirements)
-    if req is None and not framework:
-        return sys.executable, True
+    view = dlcview.ensure(family_of(framework))
     cwd = req.parent if req is not None else source_dir
     key = _key(req, framework)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -274,7 +272,7 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
         if (venv / ".ready").exists():
             return str(venv / "bin" / "python"), True
         shutil.rmtree(venv, ignore_errors=True)
-        python = _create(venv)
+        python = _create(venv, view)
         if framework and _pip(python, list(framework), log, cwd, env) != 0:
             shutil.rmtree(venv, ignore_errors=True)
             raise BackendUnavailable(f"could not install {' '.join(framework)} into the job environment "
@@ -293,4 +291,4 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)
     throwaway = scratch / "jobenv"
-    return str(_create(throwaway)), False
+    return str(_create(throwaway, view)), False
