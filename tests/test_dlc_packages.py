@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from emulator.result import JobResult
+from emulator.job.result import JobResult
 
 import emulator
 

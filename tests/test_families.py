@@ -8,7 +8,7 @@ and 5 GB on disk per family). So these tests are marked ``families`` and left ou
 comma-separated list of family names) selects others.
 
 Oracle: what the ranks report from inside the hosts (``torch.__version__`` against the torch
-release AWS's DLC of the family ships, cited in emulator/frameworks.py; the all-reduced sum of
+release AWS's DLC of the family ships, cited in emulator/job/frameworks.py; the all-reduced sum of
 ``rank + 1``), and DDP's own promise that every rank holds the same parameters after a step.
 """
 

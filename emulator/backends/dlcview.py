@@ -2,11 +2,11 @@
 
 A job on SageMaker sees what its DLC ships plus what its ``requirements.txt`` installs, never the
 packages of the machine that launched it. The process backend has no image: its job environments
-(:mod:`emulator.jobenv`) reuse the packages installed here. They no longer see all of them: a job
+(:mod:`emulator.backends.jobenv`) reuse the packages installed here. They no longer see all of them: a job
 environment's ``.pth`` adds one directory, the view, holding symlinks to only these distributions
 installed here:
 
-- those in the framework family's DLC list (:attr:`emulator.frameworks.Family.packages`; e.g.
+- those in the framework family's DLC list (:attr:`emulator.job.frameworks.Family.packages`; e.g.
   aws/deep-learning-containers ``docker/pytorch/2.13/cpu/pyproject.toml``),
 - what hosts need to run: the toolkits, mpi4py, paramiko (the emulator's in-host code under
   ``emulator/inhost`` imports it and torch), pip/setuptools/wheel (the toolkit's
