@@ -182,7 +182,7 @@ ESTIMATE_MIN = {"base": 2, "plain": 15, "cuda_wheels": 25}
 #: Python 3.9 imports distutils, packaged separately there).
 SUITE_PACKAGES = {"bullseye": ("python3-distutils",)}
 #: Lines of requirements.in that are the default image's own (the family decides these).
-_FAMILY_OWNED = {"torch", "pytorch-lightning", "sagemaker-training", "sagemaker-pytorch-training"}
+_FAMILY_OWNED = {"torch", "sagemaker-training", "sagemaker-pytorch-training"}
 
 
 def _frameworks():  # type: ignore[no-untyped-def]
