@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import run, stats
 from benchmarks.sampler import Sampler
 
@@ -186,7 +188,8 @@ def test_sampler_counts_a_helpers_short_lived_children_but_not_its_hosts(tmp_pat
     assert abs(helpers - (agent_own + short)) < 0.03, (helpers, agent_own, short, both)
 
 
-def test_faststart_parses_only_plain_script_and_module_launches() -> None:
+def test_faststart_parses_only_plain_script_and_module_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(SITE))  # as in a host: the in-host site folder is on sys.path
     spec = importlib.util.spec_from_file_location("_fs", SITE / "_sm_emulator_faststart.py")
     assert spec and spec.loader
     fs = importlib.util.module_from_spec(spec)
