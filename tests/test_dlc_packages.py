@@ -13,9 +13,9 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from emulator.job.result import JobResult
 
 import emulator
+from emulator.job.result import JobResult
 
 DDP_SCRIPT = """\
 import torch.distributed as dist
@@ -69,7 +69,7 @@ pl.Trainer(accelerator="cpu", devices=1, num_nodes=2, strategy="ddp", max_epochs
 """
 
 
-def _lightning_job(tmp_path: Path, name: str, requirements: str | None) -> JobResult:
+def _lightning_job(tmp_path: Path, name: str, requirements: str | None, backend: str = "process") -> JobResult:
     src = tmp_path / name
     src.mkdir()
     (src / "train.py").write_text(LIGHTNING_DDP)
@@ -77,18 +77,20 @@ def _lightning_job(tmp_path: Path, name: str, requirements: str | None) -> JobRe
         (src / "requirements.txt").write_text(requirements)
     return emulator.run(entry_point="train.py", source_dir=src, instance_count=2, output_path=tmp_path / f"{name}-out",
                         job_name=name, instance_type="ml.g5.12xlarge", gpus_per_host=1, echo=False,
-                        distribution={"torch_distributed": {"enabled": True}})
+                        distribution={"torch_distributed": {"enabled": True}}, backend=backend)
 
 
-def test_lightning_installed_here_is_invisible_to_a_job_without_requirements(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.usefixtures("docker_ready"))])
+def test_lightning_installed_here_is_invisible_to_a_job_without_requirements(tmp_path: Path, backend: str) -> None:
     """No PyTorch DLC ships Lightning (see the module docstring): a Lightning DDP script without a
     requirements.txt dies at the import on SageMaker, so it does here although this machine's
-    Python has Lightning; naming it in requirements.txt makes the same job complete."""
+    Python has Lightning (process backend) or on the emulator's image (docker backend); naming it
+    in requirements.txt makes the same job complete."""
     try:
         version = metadata.version("pytorch-lightning")  # pinned so pip can use the local wheel cache
     except metadata.PackageNotFoundError:
         pytest.skip("needs pytorch-lightning in this Python (the test is that jobs do not see it)")
-    bare = _lightning_job(tmp_path, "lightning-bare", None)
+    bare = _lightning_job(tmp_path, "lightning-bare", None, backend)
     assert bare.status == "Failed"
     for host in ("algo-1", "algo-2"):
         log = bare.log(host)
@@ -96,7 +98,7 @@ def test_lightning_installed_here_is_invisible_to_a_job_without_requirements(tmp
         assert any("[emulator] rank" in line and "No module named 'pytorch_lightning': the PyTorch DLC" in line
                    and "requirements.txt" in line for line in log.splitlines()), log
     pins = "".join(f"{d}=={metadata.version(d)}\n" for d in ("torchmetrics", "lightning-utilities"))
-    fixed = _lightning_job(tmp_path, "lightning-req", f"pytorch-lightning=={version}\n{pins}")
+    fixed = _lightning_job(tmp_path, "lightning-req", f"pytorch-lightning=={version}\n{pins}", backend)
     assert fixed.status == "Completed", fixed.log("algo-1")[-3000:]
 
 
