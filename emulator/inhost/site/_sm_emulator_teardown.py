@@ -82,17 +82,19 @@ def warning_line(rank: int) -> str:
 def teardown(dist: Any, gpu_count: int) -> None:
     """At exit: destroy the default group when it is one of ours (see the module docstring)."""
     try:
-        if not dist.is_initialized():
-            return
-        pg = dist.distributed_c10d._get_default_group()
-        asked = _TRACKED.get(id(pg))
-        if asked is None:  # the script destroyed ours and created a gloo group itself
-            return
-        rank = dist.get_rank()
-        if asked == "nccl" and rank % max(1, gpu_count) == 0:
-            print(warning_line(rank), file=sys.stderr, flush=True)
-        del pg
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            pg = dist.distributed_c10d._get_default_group()
+            asked = _TRACKED.get(id(pg))
+            if asked is None:  # the script destroyed ours and created a gloo group itself
+                return
+            rank = dist.get_rank()
+            if asked == "nccl" and rank % max(1, gpu_count) == 0:
+                print(warning_line(rank), file=sys.stderr, flush=True)
+            del pg
+            dist.destroy_process_group()
+        # Also when the script destroyed ours itself: gloo groups that objects still reference
+        # (FSDP's and DCP's device meshes, sub-groups) live on, and their worker threads may still
+        # drop a finished work; let them do so while the interpreter is alive.
         import gc
 
         gc.collect()
