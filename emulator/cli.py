@@ -15,8 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from .backends import BACKENDS, DEFAULT_BACKEND
-from .backends.choose import AUTO
+from .backends import AUTO, BACKENDS, DEFAULT_BACKEND
 from .errors import EmulatorError, RequestError, Terminated
 from .inhost.protocol import STOP_GRACE, scratch_prefix
 from .job.instance_types import DEFAULT_INSTANCE_TYPE

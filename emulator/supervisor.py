@@ -41,7 +41,6 @@ from .inhost import protocol as P
 from .job import deviations
 from .job import plan as planning
 from .job.archives import build_archive
-from .job.profiles import speedups
 from .job.request import JobRequest
 from .job.result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, write_description
 from .kept import records as kept
@@ -193,7 +192,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
             StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), SmddpNotes(request),
-            Timeline(request.job_name, png=speedups(request).timeline_png)]
+            Timeline(request.job_name, png=request.speedups().timeline_png)]
 
 
 class _JobRun:

@@ -28,7 +28,8 @@ WAIT = 60.0
 
 
 def test_dlc_image_uris_map_to_the_emulator_image() -> None:
-    from emulator.backends.docker.backend import DEFAULT_IMAGE, resolve_image
+    from emulator.backends.docker.backend import resolve_image
+    from emulator.backends.docker.names import DEFAULT_IMAGE
 
     assert resolve_image(None) == DEFAULT_IMAGE
     dlc = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
@@ -50,15 +51,16 @@ def test_import_emulator_does_not_import_docker() -> None:
 
 @pytest.fixture
 def docker_client(docker_ready: None) -> Any:
-    from emulator.backends.docker.backend import DEFAULT_IMAGE, _client
+    from emulator.backends.docker import engine
+    from emulator.backends.docker.names import DEFAULT_IMAGE
 
-    client = _client()
+    client = engine.client()
     assert client.images.get(DEFAULT_IMAGE)
     return client
 
 
 def _labelled(client: Any, job_id: str) -> list[str]:
-    from emulator.backends.docker.backend import LABEL_JOB
+    from emulator.backends.docker.names import LABEL_JOB
 
     flt = {"label": f"{LABEL_JOB}={job_id}"}
     return ([c.name for c in client.containers.list(all=True, filters=flt)]
@@ -68,7 +70,8 @@ def _labelled(client: Any, job_id: str) -> list[str]:
 @pytest.fixture
 def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
     """Factory: a LaunchSpec of hosts running the given commands; checks nothing leaks."""
-    from emulator.backends.docker.backend import DEFAULT_IMAGE, _free_subnet
+    from emulator.backends.docker.backend import _free_subnet
+    from emulator.backends.docker.names import DEFAULT_IMAGE
     from emulator.inhost.protocol import JOB_SUBNET
 
     jobs: list[LaunchSpec] = []
@@ -95,7 +98,7 @@ def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
         return job
 
     yield make
-    from emulator.backends.docker.backend import container_name, network_name
+    from emulator.backends.docker.names import container_name, network_name
 
     for job in jobs:  # belt and braces: never leave anything behind, even on failure
         leaked = _labelled(docker_client, job.job_id)
@@ -157,7 +160,8 @@ SCRIPT = ("hostname; for i in $(seq 200); do getent hosts algo-1 algo-2 | grep -
 @pytest.mark.docker
 def test_two_hosts_names_mounts_logs_exit_codes_teardown(make_job: Any,
                                                          docker_client: Any) -> None:
-    from emulator.backends.docker.backend import DockerBackend, network_name
+    from emulator.backends.docker.backend import DockerBackend
+    from emulator.backends.docker.names import network_name
 
     backend = DockerBackend(owner=FAKE_OWNER)
     job = make_job(["sh", "-c", SCRIPT.format(rc=0)], ["sh", "-c", SCRIPT.format(rc=3)],
@@ -273,15 +277,15 @@ def test_missing_image_names_the_session(docker_client: Any) -> None:
 
 @pytest.mark.docker
 def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Path) -> None:
-    from emulator.backends.docker.backend import (
+    from emulator.backends.docker.names import (
         DEFAULT_IMAGE,
         LABEL_HOST,
         LABEL_JOB,
         LABEL_OWNER_HOST,
         LABEL_OWNER_PID,
         owner_labels,
-        reap,
     )
+    from emulator.backends.docker.reaper import reap_jobs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -304,7 +308,7 @@ def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Pa
         deadline = time.monotonic() + WAIT
         while not (opt_ml / "leftover").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        removed = reap(owner=FAKE_OWNER)
+        removed = reap_jobs(owner=FAKE_OWNER)
         assert c.name in removed and net.name in removed
         assert live_net.name not in removed
         assert _labelled(docker_client, job_id) == []

@@ -37,9 +37,10 @@ DISTRIBUTIONS = {"torch_distributed": {"torch_distributed": {"enabled": True}},
 
 def _left(job_id: str) -> list[str]:
     """Containers, networks and volumes of the engine labelled with ``job_id``."""
-    from emulator.backends.docker.backend import LABEL_JOB, _client
+    from emulator.backends.docker import engine
+    from emulator.backends.docker.names import LABEL_JOB
 
-    client = _client()
+    client = engine.client()
     flt = {"label": f"{LABEL_JOB}={job_id}"}
     return ([f"container {c.name}" for c in client.containers.list(all=True, filters=flt)]
             + [f"network {n.name}" for n in client.networks.list(filters=flt)]
@@ -91,7 +92,8 @@ def test_extra_hosts_are_the_spec_hosts_file() -> None:
 @pytest.mark.docker
 def test_sentinel_check_sees_this_machines_folders_and_writes_only_the_jobs(tmp_path: Path,
                                                                          docker_ready: None) -> None:
-    from emulator.backends.docker.backend import DEFAULT_IMAGE, LABEL_JOB, _client, owner_labels
+    from emulator.backends.docker import engine
+    from emulator.backends.docker.names import DEFAULT_IMAGE, LABEL_JOB, owner_labels
 
     ro, rw = tmp_path / "channel", tmp_path / "job"
     ro.mkdir()
@@ -99,7 +101,7 @@ def test_sentinel_check_sees_this_machines_folders_and_writes_only_the_jobs(tmp_
     (ro / "part-0.csv").write_text("1\n")
     job_id = f"t{uuid.uuid4().hex[:8]}"
     labels = {LABEL_JOB: job_id, **owner_labels()}
-    assert files.probe_bind(_client(), DEFAULT_IMAGE, [ro, rw], labels, writable={rw}) == []
+    assert files.probe_bind(engine.client(), DEFAULT_IMAGE, [ro, rw], labels, writable={rw}) == []
     assert [p.name for p in ro.iterdir()] == ["part-0.csv"]  # a user's folder is never written to
     assert list(rw.iterdir()) == []  # the sentinel is gone
     assert _left(job_id) == []
@@ -187,12 +189,13 @@ def test_sentinel_check_copies_when_the_engine_cannot_see_the_folders(tmp_path: 
 @pytest.mark.docker
 def test_engine_error_before_start_is_clear_and_leaves_nothing(tmp_path: Path, docker_ready: None,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from emulator.backends.docker.backend import DockerBackend, _client, _free_subnet
+    from emulator.backends.docker import engine
+    from emulator.backends.docker.backend import DockerBackend, _free_subnet
     from emulator.inhost.protocol import JOB_SUBNET
 
     monkeypatch.setenv(files.FILES_ENV, "copy")
     job_id = f"t{uuid.uuid4().hex[:8]}"
-    subnet = _free_subnet(_client(), JOB_SUBNET)
+    subnet = _free_subnet(engine.client(), JOB_SUBNET)
     addresses = host_addresses(subnet, ["algo-1"])
     (tmp_path / "opt_ml").mkdir()
     host = HostLaunch(name="algo-1", address=addresses["algo-1"], command=("true",), env={}, workdir="/",

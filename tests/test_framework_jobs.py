@@ -302,8 +302,8 @@ def test_reap_removes_helper_containers_whose_owner_is_gone(request: pytest.Fixt
     """Wheelhouse/probe helpers carry owner labels; docker/build.py's resolve helper is known by its
     name (sm-emulator-resolve-<pid>). Helpers of a live owner stay."""
     request.getfixturevalue("docker_ready")
+    from emulator.backends.docker import engine
     from emulator.backends.docker import reaper as helpers
-    from emulator.backends.docker.backend import _client
 
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -321,7 +321,7 @@ def test_reap_removes_helper_containers_whose_owner_is_gone(request: pytest.Fixt
                                       "--entrypoint", "sleep", "sagemaker-emulator:latest", "300"],
                                      capture_output=True, text=True)
             assert started.returncode == 0, started.stderr
-        removed = "\n".join(helpers.reap(_client()))
+        removed = "\n".join(helpers.reap(engine.client()))
         assert f"sm-emulator-test-dead-{tag}" in removed and f"sm-emulator-resolve-{gone.pid}" in removed
         assert f"sm-emulator-test-live-{tag}" not in removed
         left = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,

@@ -302,17 +302,17 @@ def test_docker_leftovers_of_a_killed_run_are_found_by_their_scratch_label(tmp_p
     """Docker hosts outlive a SIGKILLed emulator (no agent ends them): ``reap JOB_DIR`` removes
     the containers and network labelled with that job's scratch folder whose owner is gone, and
     nothing of a live owner or of another scratch folder."""
-    from emulator.backends.docker import backend as docker_backend
+    from emulator.backends.docker import engine, names, reaper
 
     gone = subprocess.Popen(["true"])
     gone.wait()
     scratch = tmp_path / f"{kept.SCRATCH_PREFIX}job-abc"
-    dead = {docker_backend.LABEL_OWNER_PID: str(gone.pid), docker_backend.LABEL_OWNER_START: ""}
-    alive = dict(docker_backend.owner_labels())
+    dead = {names.LABEL_OWNER_PID: str(gone.pid), names.LABEL_OWNER_START: ""}
+    alive = dict(names.owner_labels())
     removed: list[str] = []
 
     def obj(name: str, folder: Path, owner: dict[str, str], network: bool = False) -> _FakeDockerObject:
-        return _FakeDockerObject(name, {docker_backend.LABEL_SCRATCH: str(folder), **owner}, removed, network=network)
+        return _FakeDockerObject(name, {names.LABEL_SCRATCH: str(folder), **owner}, removed, network=network)
 
     containers = [obj("ours-algo-1", scratch / "backend-0", dead), obj("ours-algo-2", scratch / "backend-1", dead),
                   obj("live-algo-1", scratch / "backend-0", alive),
@@ -322,8 +322,8 @@ def test_docker_leftovers_of_a_killed_run_are_found_by_their_scratch_label(tmp_p
 
     client = SimpleNamespace(containers=SimpleNamespace(list=lambda **_: containers),
                              networks=SimpleNamespace(list=lambda **_: networks))
-    monkeypatch.setattr(docker_backend, "_client", lambda *a, **k: client)
-    assert sorted(docker_backend.reap_scratch(scratch, owner=(0, 0))) == ["ours-algo-1", "ours-algo-2", "ours-net"]
+    monkeypatch.setattr(engine, "client", lambda *a, **k: client)
+    assert sorted(reaper.reap_scratch(scratch, owner=(0, 0))) == ["ours-algo-1", "ours-algo-2", "ours-net"]
     assert sorted(removed) == ["ours-algo-1", "ours-algo-2", "ours-net"]
 
 

@@ -1,6 +1,11 @@
-"""Every backend behind one interface: no module outside ``emulator/backends/`` imports a backend's
+"""Layers and seams of ``emulator/``.
+
+Every backend behind one interface: no module outside ``emulator/backends/`` imports a backend's
 own module (only ``emulator.backends`` and ``emulator.backends.base``), touches a backend's private,
 or branches on a backend's name (what a backend can do is a capability flag of ``Backend``).
+
+No import cycles between modules, and no import that climbs a layer (:data:`LAYERS`), counting
+every import: at the top, inside functions and under ``TYPE_CHECKING``.
 
 Read from the source with :mod:`ast`, so a comment or a docstring that names a backend is fine.
 """
@@ -8,21 +13,18 @@ Read from the source with :mod:`ast`, so a comment or a docstring that names a b
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 from emulator.backends import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1] / "emulator"
-#: The docker backend's own helpers that still live beside the core (image builds and probes,
-#: helper containers, the wheelhouse): they run the docker engine by design.
-DOCKER_OWN = {"helpers.py", "images.py", "wheelhouse.py", "_wheelhouse_resolver.py", "engine.py"}
 ALLOWED = {"emulator.backends", "emulator.backends.base"}
 
 
 def _modules() -> list[Path]:
     return [p for p in sorted(ROOT.rglob("*.py"))
-            if "backends" not in p.relative_to(ROOT).parts and "inhost" not in p.relative_to(ROOT).parts
-            and p.name not in DOCKER_OWN]
+            if "backends" not in p.relative_to(ROOT).parts and "inhost" not in p.relative_to(ROOT).parts]
 
 
 def _imported(path: Path, node: ast.ImportFrom | ast.Import) -> list[str]:
@@ -73,3 +75,105 @@ def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
     fake = ROOT / "kept.py"
     imp = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
     assert _imported(fake, imp)[0] == "emulator.backends" and imp.names[0].name in BACKENDS
+
+
+#: The layers, lowest first: a module may import its own layer and those below, never one above.
+#: ``inhost`` (the code that runs inside the hosts, and the protocol both sides share) is below all.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"inhost", "errors", "mpi_output", "console"}),
+    frozenset({"job"}),
+    frozenset({"backends"}),
+    frozenset({"observers", "diagnostics"}),
+    frozenset({"kept", "preflight", "description", "summary"}),
+    frozenset({"supervisor"}),
+    frozenset({"sdk"}),
+    frozenset({"cli", "__main__", ""}),
+)
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(["emulator", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _graph() -> dict[str, set[str]]:
+    """Every module of ``emulator/`` (but the in-host code, which never imports the emulator) and
+    the modules of ``emulator/`` it imports, wherever the import statement is."""
+    paths = {_name(p): p for p in sorted(ROOT.rglob("*.py")) if "inhost" not in p.relative_to(ROOT).parts}
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[module] |= {n for n in _imported(path, node) if n in paths and n != module}
+    return graph
+
+
+def _cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return next(i for i, layer in enumerate(LAYERS) if top in layer)
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_no_import_climbs_a_layer() -> None:
+    graph = _graph()
+    climbs = [f"{m} (layer {_layer(m)}) imports {n} (layer {_layer(n)})"
+              for m, names in sorted(graph.items()) for n in sorted(names) if _layer(n) > _layer(m)]
+    assert climbs == []
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [m for m in _graph() if not any((m.split(".")[1] if "." in m else "") in layer for layer in LAYERS)] == []
+
+
+def test_the_graph_checks_see_what_they_forbid() -> None:
+    """Positive control: a two-module cycle, a lazy import and a climb are all seen."""
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    graph = _graph()
+    assert "emulator.job.request" in graph["emulator.supervisor"]  # a top-level import
+    assert "emulator.supervisor" in graph["emulator.cli"]  # an import inside a function
+    assert _layer("emulator.backends.base") > _layer("emulator.job.plan")

@@ -5,22 +5,22 @@ from __future__ import annotations
 import importlib
 
 from ..errors import RequestError
-from .base import Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime
+from .base import AUTO, Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime
 
 #: The backends by name; ``auto`` (the default everywhere) picks one of them (:mod:`.choose`).
 BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
             "docker": "emulator.backends.docker.backend:DockerBackend"}
 #: The backend a job runs on unless it asks for another.
-DEFAULT_BACKEND = "auto"
+DEFAULT_BACKEND = AUTO
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
+__all__ = ["AUTO", "BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
            "LaunchSpec", "Mount", "Runtime", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:
     """Return a backend instance by name (``auto``: the one :mod:`.choose` picks here), importing
     its module only now. The instance's ``choice`` says which was chosen and why."""
-    from .choose import AUTO, choose
+    from .choose import choose
 
     if name != AUTO and name not in BACKENDS:
         raise RequestError("backend", f"unknown backend {name!r}", allowed=", ".join([AUTO, *BACKENDS]))

@@ -21,15 +21,14 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..inhost.protocol import HostExit
-from ..job.toolkit_model import TOOLKIT_VERSION
+from ..job.plan import JobPlan, Runtime
+from ..job.request import JobRequest
 
-if TYPE_CHECKING:
-    from ..job.plan import JobPlan
-    from ..job.request import JobRequest
-
+#: The backend choice that probes this machine and picks one (:mod:`emulator.backends.choose`).
+AUTO = "auto"
 
 @dataclass(frozen=True)
 class Mount:
@@ -41,30 +40,6 @@ class Mount:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": str(self.source), "target": self.target, "read_only": self.read_only}
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """What the "image" of a backend provides, as planning needs it.
-
-    ``python`` runs the toolkit and the user's code; ``train_command`` is what ``docker run IMAGE
-    train`` runs; ``base_env`` is the environment a container of the image starts with (before
-    the platform's variables); ``inhost_root`` is where the emulator's in-host folder is seen
-    from inside a host; ``path`` is the image's ``PATH`` (without the in-host ``bin/``).
-    """
-
-    python: str
-    train_command: tuple[str, ...]
-    inhost_root: str
-    base_env: Mapping[str, str]
-    path: str
-    gethostname_so: str | None = None  # the toolkit's LD_PRELOAD library, where it is known
-    #: The sagemaker-training release that runs in the hosts (the launcher prediction follows
-    #: it); None: not known (a user's image), no launcher is predicted.
-    toolkit: str | None = TOOLKIT_VERSION
-    #: What ``AlgorithmSpecification.TrainingImage`` says when the request names no image and the
-    #: hosts run none (:attr:`LaunchSpec.image`); None: the image the hosts run says it.
-    training_image: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendUnavailable
+from .base import AUTO
+from .docker import engine as eng
+from .docker.engine import in_container
 
-AUTO = "auto"
 PROBE_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")  # the process backend's (emulator/backends/process/backend.py TOOLS)
 #: Settings that decide whether unprivileged namespaces work (a changed one probes again).
@@ -70,16 +72,6 @@ def _read(path: str) -> str | None:
 
 def sysctls() -> dict[str, str | None]:
     return {name.replace("/", "."): _read(f"/proc/sys/{name}") for name in SYSCTLS}
-
-
-def in_container() -> bool:
-    """True inside a docker/podman/Kubernetes container (what testcontainers checks, and more)."""
-    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
-        return True
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    cgroup = _read("/proc/1/cgroup") or ""
-    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "libpod"))
 
 
 def probe_command(*, bwrap: bool = True) -> list[str]:
@@ -185,8 +177,6 @@ def process_cause(probe: Probe, *, container: bool | None = None,
 
 def engine() -> tuple[bool, str]:
     """Whether a docker engine answers (the docker SDK's ping), and where / why not."""
-    from .docker import engine as eng
-
     try:
         eng.client()
     except BackendUnavailable as e:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import COLL_HEADER, COLL_MAGIC, COLL_RAISED, COLL_RECORD, COLL_RETURNED, COLLECTIVES_PREFIX
+from ..job.request import host_order
 from ..job.result import Diagnostic
 from ..observers import AttemptContext, FinishContext, Observer, Report
-from .stacks import host_order, ranges
+from .stacks import ranges
 
 #: Values of the ``distributed_debug`` option, as torch spells them.
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import ENDED_PREFIX
+from ..job.request import host_order
 from ..job.result import Diagnostic
 from ..observers import AttemptContext, FinishContext, Observer, Report
-from .stacks import display_path, host_order
+from .stacks import display_path
 
 KIND = "died-at-exit"
 #: libstdc++'s text when ``std::terminate`` runs with no exception (a joinable ``std::thread``

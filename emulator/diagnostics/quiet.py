@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import EXIT_PREFIX
+from ..job.request import host_order
 from ..observers import AttemptContext, FinishContext, Observer, Report
-from .stacks import display_path, host_order
+from .stacks import display_path
 
 #: At most this many processes are named per host (then "and N more").
 PER_HOST = 4

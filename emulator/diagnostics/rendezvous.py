@@ -44,9 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import RDZV_PREFIX
+from ..job.request import host_order
 from ..job.result import Diagnostic
 from ..observers import AttemptContext, Event, FinishContext, Observer, Report
-from .stacks import host_order, ranges
+from .stacks import ranges
 
 #: Seconds every reported process must have waited, with no new report, before a rank nobody asked
 #: for is named (and only when every process the launcher started has reported).

@@ -57,6 +57,7 @@ from ..inhost.protocol import (
     proc_nspids,
     proc_stat,
 )
+from ..job.request import host_order
 from ..observers import AttemptContext, FinishContext, Observer, Report, StopReason
 
 if TYPE_CHECKING:
@@ -231,11 +232,6 @@ def ranges(numbers: Iterable[int]) -> str:
                    else f"{values[i]}, {values[j]}")
         i = j + 1
     return ", ".join(out)
-
-
-def host_order(host: str) -> tuple[int, str]:
-    _, _, n = host.rpartition("-")
-    return (int(n), host) if n.isdigit() else (1 << 30, host)
 
 
 def rank_processes(stacks: Sequence[ProcessStack]) -> list[ProcessStack]:

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import STACKS_PREFIX
+from ..job.request import host_order
 from ..observers import AttemptContext, Event, FinishContext, Observer, Report
-from .stacks import HEADER, host_order
+from .stacks import HEADER
 
 JSON_NAME = "timeline.json"
 PNG_NAME = "timeline.png"

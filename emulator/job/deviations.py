@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .profiles import speedups
 from .request import JobRequest
 
 #: One sentence per speed-up (``Emulator.Deviations``).
@@ -30,7 +29,7 @@ def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
     when the profile asks for it (``fast_start``: ``Backend.fast_start``); with ``framework``
     (``job.json`` ``Emulator.Framework``, see :func:`emulator.job.frameworks.record`), those of the
     torch, Python and toolkits its ``framework_version`` ran with."""
-    used = speedups(request)
+    used = request.speedups()
     out = []
     if used.short_toolkit_sleeps:
         out.append(SHORT_SLEEPS)

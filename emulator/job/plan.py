@@ -7,7 +7,7 @@ values and the launcher command the toolkit will build. The network (addresses, 
 and how a host is made belong to the backend's launch spec (:mod:`emulator.backends.base`).
 
 The environment of a host is built from an allowlist, as a container's is: the image's variables
-(:class:`~emulator.backends.base.Runtime`), the platform's (``TRAINING_JOB_*``, ``AWS_REGION``),
+(:class:`Runtime`), the platform's (``TRAINING_JOB_*``, ``AWS_REGION``),
 the emulator's in-host switches (``EMULATOR_*``), the request's ``Environment``, and only those of
 the caller's variables the request names in ``pass_env``. Nothing else of the caller's
 environment reaches a host.
@@ -18,17 +18,38 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..inhost import protocol as P
 from . import toolkit_model as tk
 from .distribution import Runner
 from .instance_types import InstanceType
-from .profiles import speedups
 from .request import JobRequest
 
-if TYPE_CHECKING:
-    from ..backends.base import Runtime
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the "image" of a backend provides, as planning needs it.
+
+    ``python`` runs the toolkit and the user's code; ``train_command`` is what ``docker run IMAGE
+    train`` runs; ``base_env`` is the environment a container of the image starts with (before
+    the platform's variables); ``inhost_root`` is where the emulator's in-host folder is seen
+    from inside a host; ``path`` is the image's ``PATH`` (without the in-host ``bin/``).
+    """
+
+    python: str
+    train_command: tuple[str, ...]
+    inhost_root: str
+    base_env: Mapping[str, str]
+    path: str
+    gethostname_so: str | None = None  # the toolkit's LD_PRELOAD library, where it is known
+    #: The sagemaker-training release that runs in the hosts (the launcher prediction follows
+    #: it); None: not known (a user's image), no launcher is predicted.
+    toolkit: str | None = tk.TOOLKIT_VERSION
+    #: What ``AlgorithmSpecification.TrainingImage`` says when the request names no image and the
+    #: hosts run none (:attr:`LaunchSpec.image`); None: the image the hosts run says it.
+    training_image: str | None = None
+
 
 #: The PyTorch DLC's image variables (its Dockerfile ``ENV``), set in every host.
 DLC_ENV = {
@@ -165,7 +186,7 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
         env.update({k: v for k, v in caller_env.items() if k in CREDENTIAL_NAMES})
     env.update({"TRAINING_JOB_NAME": request.job_name, "TRAINING_JOB_ARN": request.arn,
                 "AWS_REGION": request.region})
-    used = speedups(request)
+    used = request.speedups()
     if used.short_toolkit_sleeps:
         env[P.ENV_SHORT_TOOLKIT_SLEEPS] = "1"
     if used.toolkit_skips_torch_import:

@@ -35,12 +35,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from ..errors import RequestError
-
-if TYPE_CHECKING:
-    from .request import JobRequest
 
 #: The environment variable launchers (``python -m emulator launch``) read the profile from.
 PROFILE_VAR = "SAGEMAKER_EMULATOR_PROFILE"
@@ -58,6 +54,11 @@ class Profile:
     fast_start: bool
     timeline_png: bool
     summary: str
+
+    def with_requested(self, *, short_toolkit_sleeps: bool, fast_start: bool) -> Profile:
+        """This profile plus the speed-ups a request asked for itself."""
+        return replace(self, short_toolkit_sleeps=self.short_toolkit_sleeps or short_toolkit_sleeps,
+                       fast_start=self.fast_start or fast_start)
 
 
 PROFILES: Mapping[str, Profile] = {
@@ -78,17 +79,10 @@ def get(name: object, *, field: str = "profile") -> Profile:
                        allowed=", ".join(f"{p.name} ({p.summary})" for p in PROFILES.values()))
 
 
-def speedups(request: JobRequest) -> Profile:
-    """What ``request`` runs with: its profile, plus the speed-ups it asked for itself."""
-    profile = get(request.profile)
-    return replace(profile, short_toolkit_sleeps=profile.short_toolkit_sleeps or request.short_toolkit_sleeps,
-                   fast_start=profile.fast_start or request.fast_start)
-
-
 def from_environment(default: str = EXACT, env: Mapping[str, str] | None = None) -> str:
     """The profile ``SAGEMAKER_EMULATOR_PROFILE`` names (``default`` when unset), checked."""
     value = (os.environ if env is None else env).get(PROFILE_VAR) or default
     return get(value, field=PROFILE_VAR).name
 
 
-__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "from_environment", "get", "speedups"]
+__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "from_environment", "get"]

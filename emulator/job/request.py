@@ -145,6 +145,11 @@ class JobRequest:
         ``framework_version``/``py_version`` or a DLC ``image_uri``; None: nothing asked."""
         return frameworks.select(self.framework_version, self.py_version, image_uri=self.image_uri)
 
+    def speedups(self) -> profiles.Profile:
+        """What this job runs with: its profile, plus the speed-ups it asked for itself."""
+        return profiles.get(self.profile).with_requested(short_toolkit_sleeps=self.short_toolkit_sleeps,
+                                                         fast_start=self.fast_start)
+
     @property
     def container_command(self) -> tuple[str, ...] | None:
         """Each host's container command: ``ContainerEntrypoint + ContainerArguments`` when the
@@ -156,7 +161,7 @@ class JobRequest:
     @property
     def hosts(self) -> list[str]:
         """``algo-1 … algo-N`` over all groups, in group order."""
-        return [f"algo-{i}" for i in range(1, self.host_count + 1)]
+        return host_names(self.host_count)
 
     @property
     def host_count(self) -> int:
@@ -220,6 +225,17 @@ class JobRequest:
         return {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
                                     "InstanceCount": g.count} for g in self.instance_groups],
                 "VolumeSizeInGB": 30}
+
+
+def host_names(count: int) -> list[str]:
+    """``algo-1 … algo-<count>``: SageMaker's host names."""
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+def host_order(host: str) -> tuple[int, str]:
+    """Sort key putting ``algo-2`` before ``algo-10`` (names that are not ``<name>-N`` last)."""
+    _, _, n = host.rpartition("-")
+    return (int(n), host) if n.isdigit() else (1 << 30, host)
 
 
 def default_job_name(base: str = "emulator") -> str:
@@ -367,7 +383,7 @@ def _job_py_version(framework_version: Any, py_version: Any) -> str | None:
 
 def _host_names(value: Any, groups: Sequence[InstanceGroup]) -> tuple[str, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        hosts = [f"algo-{i}" for i in range(1, sum(g.count for g in groups if isinstance(g.count, int)) + 1)]
+        hosts = host_names(sum(g.count for g in groups if isinstance(g.count, int)))
         raise RequestError("host_order", f"must be a list of host names, got {value!r}",
                            allowed=_host_order_allowed(hosts))
     return tuple(value)

@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..diagnostics.stacks import host_order as _host_order
 from ..errors import RequestError
 from ..inhost import protocol as P
+from ..job.request import host_order as _host_order
 from ..job.result import HostOutcome, iso
 
 if TYPE_CHECKING:

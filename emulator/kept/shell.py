@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..console import table
-from ..diagnostics.stacks import HEADER, host_order
+from ..diagnostics.stacks import HEADER
 from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
+from ..job.request import host_order
 from . import records as kept_jobs
 
 #: The default command: bash where the host has it (a user's image may not), else sh.

@@ -30,6 +30,7 @@ from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
 from ..job import profiles
 from ..job.result import JobResult, iso
+from .redirect import FRAMEWORK_VAR
 from .s3 import INTERNAL, S3Store, default_store
 from .translate import Translated, from_create_training_job
 
@@ -90,8 +91,6 @@ class EmulatorSageMakerClient:
         """``framework_version``: overrides the framework every job's ``TrainingImage`` names
         (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none.
         ``profile``: every job's (:mod:`emulator.job.profiles`)."""
-        from .launch import FRAMEWORK_VAR
-
         self.profile = profiles.get(profile).name  # an unknown name is refused here, before any job
         self.store = store
         self.region = region

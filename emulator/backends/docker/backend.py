@@ -31,12 +31,11 @@ import ipaddress
 import os
 import shutil
 import signal as _signal
-import socket
 import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +44,17 @@ from ...errors import BackendUnavailable
 from ...inhost import protocol as P
 from ...job.toolkit_model import TOOLKIT_VERSION
 from ..base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
-from . import engine, files
+from . import engine, files, reaper
+from .names import (
+    DEFAULT_IMAGE,
+    LABEL_HOST,
+    LABEL_JOB,
+    LABEL_SCRATCH,
+    container_name,
+    job_labels,
+    network_name,
+    owner_labels,
+)
 
 if TYPE_CHECKING:
     from ...job.plan import JobPlan
@@ -53,7 +62,6 @@ if TYPE_CHECKING:
     from ..base import KeptHosts
     from .images import JobImage
 
-DEFAULT_IMAGE = "sagemaker-emulator:latest"
 IMAGE_SESSION = "nox -s image"
 #: The emulator image's ENTRYPOINT (docker/entrypoint.sh), and what bash adds to the environment
 #: of the command it execs (and ``PWD``).
@@ -62,16 +70,6 @@ ENTRYPOINT_ENV = {"SHLVL": "0"}
 INHOST_ROOT = P.DOCKER_INHOST_ROOT
 #: PATH of the emulator image (docker/Dockerfile ENV).
 IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-LABEL = "sagemaker-emulator"
-LABEL_JOB = f"{LABEL}.job"
-LABEL_HOST = f"{LABEL}.host"
-LABEL_OWNER_PID = f"{LABEL}.owner-pid"
-LABEL_OWNER_START = f"{LABEL}.owner-start"
-LABEL_OWNER_HOST = f"{LABEL}.owner-host"
-LABEL_HELPER = f"{LABEL}.helper"
-#: The job's backend scratch folder: ``reap JOB_DIR`` finds the containers of a run killed before it
-#: wrote the kept record (:func:`reap_scratch`).
-LABEL_SCRATCH = f"{LABEL}.scratch"
 KEY_NAME = "id_rsa"  # the per-cluster root key, in job.scratch/ssh and /root/.ssh
 SHM_SIZE = "1g"  # SageMaker hosts have a large /dev/shm; docker's default 64 MB breaks DataLoader
 API_TIMEOUT = 120.0  # seconds for ordinary engine calls
@@ -92,21 +90,6 @@ def resolve_image(image: str | None) -> str:
 
 
 
-def _client(timeout: float = API_TIMEOUT) -> Any:
-    docker = engine.sdk()
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except Exception as e:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise BackendUnavailable(
-            f"no docker engine reachable at {where} ({e.__class__.__name__}: {e}); start one "
-            "(e.g. `dockerd &` or `systemctl start docker`), check DOCKER_HOST and that you may "
-            "use the socket, or use --backend process"
-        ) from e
-    return client
-
-
 def engine_error(what: str, e: BaseException) -> BackendUnavailable:
     """A clear error for an engine call that failed before the job started (exit status 3)."""
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -115,14 +98,6 @@ def engine_error(what: str, e: BaseException) -> BackendUnavailable:
         f"the docker engine at {where} could not {what} ({e.__class__.__name__}: {detail}); check that the "
         f"engine runs and you may use it, that no stale job holds its resources (`python -m emulator reap "
         f"JOB_DIR`), or force copied files with {files.FILES_ENV}=copy if a bind mount is what failed")
-
-
-def owner_labels() -> dict[str, str]:
-    """Labels that tie a container or network to this process (see :func:`reap`)."""
-    pid = os.getpid()
-    stat = P.proc_stat(pid)
-    return {LABEL_OWNER_PID: str(pid), LABEL_OWNER_START: str(stat.start_time) if stat else "",
-            LABEL_OWNER_HOST: socket.gethostname()}
 
 
 def _make_keypair(folder: Path, name: str = KEY_NAME) -> tuple[bytes, bytes]:
@@ -173,28 +148,6 @@ def _ssh_archive(private: bytes, public: bytes, host_key: tuple[bytes, bytes]) -
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def _chown_mounts(client: Any, image: str, sources: Iterable[str], owner: tuple[int, int],
-                  labels: Mapping[str, str]) -> None:
-    """Give ``sources`` (folders written as root by containers) back to ``owner``.
-
-    Runs ``chown -R`` in a short container (the invoking user may not be root), with each
-    source bind-mounted at ``/mnt/N``. Best effort: a failure leaves root-owned files behind.
-    """
-    sources = sorted({s for s in sources if Path(s).exists()})
-    if not sources or owner == (0, 0):
-        return
-    dmount = engine.sdk(".types").Mount
-    mounts = [dmount(f"/mnt/{i}", s, type="bind") for i, s in enumerate(sources)]
-    try:
-        client.containers.run(
-            image, entrypoint=["chown"],
-            command=["-R", f"{owner[0]}:{owner[1]}", *(m["Target"] for m in mounts)],
-            mounts=mounts, network_mode="none", remove=True, user="0",
-            labels={**labels, LABEL_HELPER: "chown"})
-    except Exception:
-        pass
 
 
 class DockerHost:
@@ -287,15 +240,7 @@ class DockerHost:
             return False
 
     def pids(self) -> list[int]:
-        try:
-            top = self.container.top(ps_args="-eo pid")
-        except Exception:
-            return []
-        try:
-            col = top["Titles"].index("PID")
-            return [int(p[col]) for p in top.get("Processes") or []]
-        except (KeyError, ValueError):
-            return []
+        return engine.container_pids(self.container)
 
     def join(self, timeout: float) -> None:
         for t in self._threads:
@@ -378,12 +323,12 @@ class DockerJob:
             for name in self.hosts:
                 by_image.setdefault(self._images[name], []).extend(self._writable[name])
             for image, sources in by_image.items() if self._copy_spec is None else ():
-                _chown_mounts(self._client, image, sources, self._owner,
+                reaper.chown_mounts(self._client, image, sources, self._owner,
                               {LABEL_JOB: self.job_id, **owner_labels()})
             for h in self.hosts.values():
-                _remove(h.container)
+                reaper.remove_object(h.container)
                 h.join(timeout=2.0)
-            _remove(self._network)
+            reaper.remove_object(self._network)
         finally:
             _LIVE.discard(self)
 
@@ -417,17 +362,6 @@ class DockerJob:
             time.sleep(POLL_INTERVAL)
 
 
-def _remove(obj: Any) -> None:
-    """Remove a container (forcibly) or a network; ignore what is already gone."""
-    try:
-        if hasattr(obj, "disconnect"):
-            obj.remove()
-        else:
-            obj.remove(force=True, v=True)
-    except Exception:
-        pass
-
-
 class DockerBackend:
     """Runs each host as a container of the emulator image (or the job's own image).
 
@@ -443,7 +377,7 @@ class DockerBackend:
         self.owner = owner if owner is not None else (os.getuid(), os.getgid())
 
     def check(self, image: str | None = None) -> None:
-        client = _client()
+        client = engine.client(API_TIMEOUT)
         self._require_image(client, resolve_image(image))
 
     @staticmethod
@@ -484,7 +418,7 @@ class DockerBackend:
         from . import images, wheelhouse
 
         image = images.ensure(request, say=say)
-        self._require_image(_client(), image)
+        self._require_image(engine.client(API_TIMEOUT), image)
         images.probe(image)
         req = jobenv.requirements_of(request.source_dir, request.requirements_file)
         if req is None:
@@ -533,7 +467,7 @@ class DockerBackend:
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
 
-        client = _client()
+        client = engine.client(API_TIMEOUT)
         job_image, extra_mounts, framework, pending = self._job_image(plan)
         image = job_image.tag
         config: dict[str, Any] = {}
@@ -586,7 +520,7 @@ class DockerBackend:
 
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
-        client = _client()
+        client = engine.client(API_TIMEOUT)
         labels = {LABEL_JOB: spec.job_id, LABEL_SCRATCH: str(spec.scratch), **owner_labels()}
         for h in spec.hosts:
             hosts = spec.scratch / h.name / "hosts"
@@ -608,7 +542,7 @@ class DockerBackend:
         try:
             private, public = _make_keypair(spec.scratch / "ssh")
             keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key"))
-            stream_client = _client(timeout=STREAM_TIMEOUT)
+            stream_client = engine.client(STREAM_TIMEOUT)
             for h in spec.hosts:
                 step = f"create the container of {h.name} from {h.image}"
                 container = _create_container(client, h, spec, network.name, labels, copy=copy)
@@ -657,13 +591,6 @@ class DockerBackend:
         return reap_orphans()
 
 
-def job_labels(scratch: Path) -> dict[str, str]:
-    """The labels every container and the network of a job get besides their own: the job's scratch
-    folder (``reap JOB_DIR`` finds a killed run's containers by it) and this emulator process
-    (:func:`reap` finds those whose emulator is gone)."""
-    return {LABEL_SCRATCH: str(scratch), **owner_labels()}
-
-
 def names_and_ssh(job_id: str, hosts: Sequence[str], scratch: Path) -> dict[str, Any]:
     """What ``start`` names and writes besides the hosts, for the launch spec's ``options``: the
     job network's and each container's name, and the ssh material every container gets (a fresh
@@ -704,14 +631,6 @@ def _free_subnet(client: Any, planned: str) -> str:
                              f"(tried {SUBNET_TRIES}); remove stale networks with `python -m emulator reap`")
 
 
-def network_name(job_id: str) -> str:
-    return f"sm-emulator-{job_id}"
-
-
-def container_name(job_id: str, host: str) -> str:
-    return f"sm-emulator-{job_id}-{host}"
-
-
 #: How many neighbouring /24 subnets to consider when concurrent jobs hold the first.
 SUBNET_TRIES = 64
 
@@ -748,98 +667,3 @@ def _create_container(client: Any, host: HostLaunch, spec: LaunchSpec, network: 
         extra_hosts=files.extra_hosts(host) if copy else None,
         shm_size=spec.options.get("shm_size", SHM_SIZE), user=spec.options.get("user", "0"),
         stdin_open=False, tty=False, detach=True)
-
-
-def reap(*, owner: tuple[int, int] | None = None) -> list[str]:
-    """Remove containers and networks of emulator jobs whose owning process is gone.
-
-    Only resources labelled by this machine (``owner-host``) are considered. Before removal the
-    dead job's writable bind mounts are chowned back to ``owner`` (default: this uid/gid).
-    Returns the names of what was removed.
-    """
-    client = _client()
-    owner = owner if owner is not None else (os.getuid(), os.getgid())
-    me = socket.gethostname()
-
-    def dead(lab: Mapping[str, str]) -> bool:
-        if lab.get(LABEL_OWNER_HOST) != me:
-            return False
-        try:
-            pid = int(lab.get(LABEL_OWNER_PID, ""))
-        except ValueError:
-            return True
-        start = lab.get(LABEL_OWNER_START) or ""
-        return not P.pid_alive(pid, int(start) if start.isdigit() else None)
-
-    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})
-             if dead(c.labels)]
-    networks = [n for n in client.networks.list(filters={"label": LABEL_JOB}) if dead(n.attrs.get("Labels") or {})]
-    return remove(client, stale, networks, owner=owner)
-
-
-def reap_scratch(scratch: Path, *, owner: tuple[int, int] | None = None) -> list[str]:
-    """Remove the containers and networks of the job whose scratch tree is ``scratch`` (labelled
-    :data:`LABEL_SCRATCH` with a folder below it) and whose owning process is gone: what a run
-    killed before it wrote the kept record (or before its teardown) left. Returns the names removed."""
-    client = _client()
-    root = str(scratch).rstrip("/") + "/"
-
-    def ours(lab: Mapping[str, str]) -> bool:
-        if not (lab.get(LABEL_SCRATCH, "") + "/").startswith(root):
-            return False
-        start = lab.get(LABEL_OWNER_START) or ""
-        pid = lab.get(LABEL_OWNER_PID, "")
-        return not (pid.isdigit() and P.pid_alive(int(pid), int(start) if start.isdigit() else None))
-
-    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_SCRATCH}) if ours(c.labels)]
-    networks = [n for n in client.networks.list(filters={"label": LABEL_SCRATCH})
-                if ours(n.attrs.get("Labels") or {})]
-    return remove(client, stale, networks, owner=owner if owner is not None else (os.getuid(), os.getgid()))
-
-
-def remove_job(container_names: Iterable[str], network: str, *, owner: tuple[int, int] | None = None) -> list[str]:
-    """Remove a kept job's containers and network (see :mod:`emulator.kept.records`), whoever owns them;
-    what is already gone is skipped. Returns the names of what was removed."""
-    client = _client()
-    errors = engine.sdk(".errors")
-    containers, networks = [], []
-    for name in container_names:
-        try:
-            containers.append(client.containers.get(name))
-        except errors.NotFound:
-            continue
-    try:
-        networks.append(client.networks.get(network))
-    except errors.NotFound:
-        pass
-    return remove(client, containers, networks, owner=owner if owner is not None else (os.getuid(), os.getgid()))
-
-
-def remove(client: Any, stale: Sequence[Any], networks: Sequence[Any], *, owner: tuple[int, int]) -> list[str]:
-    """Kill ``stale`` containers, hand their writable bind mounts back to ``owner``, remove them and
-    ``networks``. Returns the names of what was removed."""
-    removed: list[str] = []
-    by_image: dict[str, set[str]] = {}
-    for c in stale:
-        if c.labels.get(LABEL_HELPER):
-            continue
-        if c.status in ("running", "paused", "restarting"):
-            try:
-                if c.status == "paused":
-                    c.unpause()
-                c.kill()
-            except Exception:
-                pass
-        sources = {m["Source"] for m in c.attrs.get("Mounts", [])
-                   if m.get("Type") == "bind" and m.get("RW")}
-        image = c.attrs.get("Config", {}).get("Image") or DEFAULT_IMAGE
-        by_image.setdefault(image, set()).update(sources)
-    for image, sources in by_image.items():
-        _chown_mounts(client, image, sources, owner, {LABEL_JOB: "reap", **owner_labels()})
-    for c in stale:
-        _remove(c)
-        removed.append(c.name)
-    for n in networks:
-        _remove(n)
-        removed.append(n.name)
-    return removed

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...errors import BackendUnavailable
@@ -52,16 +53,23 @@ def explain(e: BaseException) -> str:
     if "no such file" in low or "filenotfounderror" in low or "connection refused" in low \
             or "connection aborted" in low or "name or service not known" in low or "timed out" in low:
         hint = ("mount the engine's socket into this container (-v /var/run/docker.sock:/var/run/docker.sock) "
-                "or set DOCKER_HOST" if _in_container() else
+                "or set DOCKER_HOST" if in_container() else
                 "start one (`systemctl start docker`), or set DOCKER_HOST to the engine's address")
         return f"no docker engine answers at {where} ({text}); {hint}"
     return f"the docker engine at {where} did not answer ({text}); check DOCKER_HOST and the engine"
 
 
-def _in_container() -> bool:
-    from ..choose import in_container
-
-    return in_container()
+def in_container() -> bool:
+    """True inside a docker/podman/Kubernetes container (what testcontainers checks, and more)."""
+    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    try:
+        cgroup = Path("/proc/1/cgroup").read_text()
+    except OSError:
+        cgroup = ""
+    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "libpod"))
 
 
 def client(timeout: float = API_TIMEOUT) -> Any:
@@ -133,3 +141,17 @@ def run_helper(image: str, command: Sequence[str], *, name: str, labels: Mapping
 
 
 __all__ = ["client", "endpoint", "explain", "image_id", "run_helper", "sdk"]
+
+
+def container_pids(container: Any) -> list[int]:
+    """PIDs of a container's processes, as the engine's machine numbers them (``docker top``);
+    empty when the container is gone."""
+    try:
+        top = container.top(ps_args="-eo pid")
+    except Exception:
+        return []
+    try:
+        col = top["Titles"].index("PID")
+        return [int(p[col]) for p in top.get("Processes") or []]
+    except (KeyError, ValueError):
+        return []

@@ -50,6 +50,7 @@ from typing import IO, Any
 from ...errors import BackendUnavailable
 from ...inhost import protocol as P
 from ..base import HostLaunch, LaunchSpec, Mount
+from .names import DEFAULT_IMAGE, LABEL_HELPER
 
 #: Environment variable that forces how files reach the containers: ``copy``, ``bind``, or
 #: ``auto`` (the default: bind when the sentinel check passes, else copy).
@@ -98,7 +99,6 @@ def files_mode(client: Any, image: str | None, labels: Mapping[str, str],
                mounts: Iterable[Mount]) -> tuple[str, str]:
     """How a job's files reach its containers (:func:`choose_mode`); probed with the job's image
     ``image``, or the emulator image while the job's is not built yet."""
-    from .backend import DEFAULT_IMAGE
 
     probe_image = image
     if probe_image is None:
@@ -162,7 +162,6 @@ def _listing(folder: Path) -> list[str]:
 def _run_probe(client: Any, image: str, folders: Sequence[Path], labels: Mapping[str, str],
                writable: Set[Path]) -> dict[Path, bool]:
     from . import engine
-    from .backend import LABEL_HELPER
 
     sentinels: dict[Path, tuple[Path, str]] = {}
     for f in folders:

@@ -37,11 +37,11 @@ from ...job import frameworks
 from ...job.frameworks import Family, Selection
 from . import engine
 from . import reaper as helpers
+from .names import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from ...job.request import JobRequest
 
-DEFAULT_IMAGE = "sagemaker-emulator:latest"
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "build.py"
 LOGS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "images"
 #: Lines of the build's output shown on the console (the rest goes to the log).

@@ -5,7 +5,7 @@ network stay after the emulator exits; the kept record names them. Entering a ho
 exec`` (the container's environment, user and working folder); its processes are the
 container's (``docker top``), as PIDs of this machine when the engine runs here; removing the job
 kills and removes the containers and the network, after handing root-written files in writable
-bind mounts back (:func:`~.docker.remove`), as teardown would have.
+bind mounts back (:func:`~.reaper.remove`), as teardown would have.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import RequestError
 from ...inhost import protocol as P
-from . import backend as docker
+from . import engine, reaper
 
 
 class DockerKeptHosts:
@@ -33,7 +33,7 @@ class DockerKeptHosts:
 
     def gone(self, host: str) -> str | None:
         try:
-            status = str(docker._client().containers.get(self._container(host)).status)
+            status = str(engine.client().containers.get(self._container(host)).status)
         except Exception as exc:  # removed, or no engine
             status = f"not found ({type(exc).__name__})"
         if status != "running":
@@ -49,8 +49,7 @@ class DockerKeptHosts:
             dict(os.environ)
 
     def pids(self, host: str) -> list[int]:
-        container = docker._client().containers.get(self._container(host))
-        pids = docker.DockerHost(host, container, Path(os.devnull), None).pids()  # `docker top`, as a running job's
+        pids = engine.container_pids(engine.client().containers.get(self._container(host)))  # `docker top`
         if pids and not P.proc_nspids(pids[0]):
             raise RequestError("HOST", f"the processes of {host} are not visible here (the docker engine runs on "
                                f"another machine); use: python -m emulator shell {self.record.get('job_dir')} "
@@ -59,31 +58,29 @@ class DockerKeptHosts:
 
     def remove(self) -> list[str]:
         owner = self.record.get("owner")
-        names = docker.remove_job(dict(self.record.get("containers", {})).values(), str(self.record.get("network")),
+        names = reaper.remove_job(dict(self.record.get("containers", {})).values(), str(self.record.get("network")),
                                   owner=(int(owner[0]), int(owner[1])) if owner else None)
         return [f"removed {', '.join(names)}"] if names else []
 
 
 def reap_leftovers(scratch: Path, *, job_name: str) -> list[str]:
     """Remove the containers and network of a run of ``job_name`` whose emulator is gone, found by
-    their scratch label (:func:`~.docker.reap_scratch`)."""
+    their scratch label (:func:`~.reaper.reap_scratch`)."""
     try:
-        names = docker.reap_scratch(scratch)
+        names = reaper.reap_scratch(scratch)
     except Exception as exc:  # no docker SDK or engine here: say so; the caller removes the rest
         return [f"docker: containers of {job_name} not reaped ({exc})"]
     return [f"removed {', '.join(names)}"] if names else []
 
 
 def reap_orphans() -> list[str]:
-    """Containers and networks of jobs whose emulator is gone (:func:`~.docker.reap`), and helper
+    """Containers and networks of jobs whose emulator is gone (:func:`~.reaper.reap_jobs`), and helper
     containers (wheelhouse, image probe, image build) whose owner is gone
     (:func:`emulator.backends.docker.reaper.reap`)."""
     lines: list[str] = []
     try:
-        lines += list(docker.reap())
-        from . import reaper as helpers
-
-        lines += helpers.reap(docker._client())
+        lines += reaper.reap_jobs()
+        lines += reaper.reap(engine.client())
     except Exception as exc:  # no engine here: nothing of docker to reap
         lines.append(f"docker: not reaped ({exc})")
     return lines

@@ -52,6 +52,7 @@ from ...inhost import ROOT as INHOST_ROOT
 from ...inhost import protocol as P
 from ..base import HostLaunch, KeptHosts, LaunchSpec, Mount, Runtime, diag_folder, host_addresses, hosts_file
 from . import sshd
+from .namespaces import AGENT_OWNER_FLAG, AGENT_SCRATCH_FLAG, namespace_pids, nsenter_argv
 
 if TYPE_CHECKING:
     from ...job.plan import JobPlan
@@ -61,11 +62,6 @@ if TYPE_CHECKING:
 AGENT_START_TIMEOUT = 20.0
 HOST_START_TIMEOUT = 30.0
 TOOLS = ("unshare", "nsenter", "ip", "bwrap")
-#: On the namespace agent's command line, followed by its emulator's ``PID:START``.
-AGENT_OWNER_FLAG = "--owner"
-#: On the namespace agent's command line, followed by the job's backend scratch folder: ``reap JOB_DIR``
-#: finds a kept agent whose emulator was killed before it wrote the kept record (:mod:`emulator.kept.records`).
-AGENT_SCRATCH_FLAG = "--scratch"
 #: The ``PATH`` of the "image" after the interpreter's scripts (Debian's default, as in a DLC).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Variables of this machine that the "image" keeps, because the interpreter may need them.
@@ -450,32 +446,6 @@ class ProcessBackend:
             return int(children[0]) if children else None
         except (OSError, ValueError):
             return None
-
-
-def namespace_pids(root: int) -> list[int]:
-    """Machine-level PIDs of every process in the PID namespace of process ``root``."""
-    try:
-        target = os.readlink(f"/proc/{root}/ns/pid")
-    except OSError:
-        return []
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == target:
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return sorted(out)
-
-
-def nsenter_argv(root: int, argv: Sequence[str], *, workdir: bool = False) -> list[str]:
-    """An argv that runs ``argv`` in the namespaces of the host whose PID 1 is machine PID
-    ``root``; as an ordinary user, in the job's user namespace too (as its uid 0; not ``--all``:
-    the cgroup and time namespaces are this machine's, which a user namespace may not re-enter).
-    ``workdir``: start in the cwd of ``root`` (the host's ``/opt/ml/code``), else in ``/``."""
-    user = ["-U", "--preserve-credentials"] if os.geteuid() else []
-    return ["nsenter", "-t", str(root), *user, "-n", "-u", "-m", "-p", "-i", *(["-w"] if workdir else []), *argv]
 
 
 def _owner() -> str:

@@ -3,7 +3,7 @@
 A kept job's hosts live in the namespaces of its namespace agent (:mod:`.nsagent`), which the
 ``keep`` op handed off so that it outlives its emulator. The kept record names the agent and each
 kept host's PID 1 by machine PID and start time (a reused PID is never mistaken for them).
-Entering a host is ``nsenter`` into its namespaces (:func:`~.process.nsenter_argv`), with the
+Entering a host is ``nsenter`` into its namespaces (:func:`~.namespaces.nsenter_argv`), with the
 environment its PID 1 started with; its processes are those of its PID namespace; removing the
 job is a SIGKILL of the agent, which takes every host with it.
 
@@ -23,7 +23,8 @@ from typing import Any
 
 from ...errors import RequestError
 from ...inhost import protocol as P
-from .backend import AGENT_OWNER_FLAG, AGENT_SCRATCH_FLAG, namespace_pids, nsenter_argv
+from ...job.request import host_order
+from .namespaces import AGENT_OWNER_FLAG, AGENT_SCRATCH_FLAG, namespace_pids, nsenter_argv
 
 #: How long a reap waits for a killed agent's processes to go.
 REAP_WAIT = 10.0
@@ -59,8 +60,6 @@ class ProcessKeptHosts:
 
     def remove(self) -> list[str]:
         if _kill_agent(int(self.agent.get("pid", 0)), self.agent.get("start_time")):
-            from ...diagnostics.stacks import host_order
-
             return [f"killed the namespace agent of {self.record.get('job_name')} (pid {self.agent['pid']}) "
                     f"and with it {', '.join(sorted(self.hosts, key=host_order))}"]
         return []

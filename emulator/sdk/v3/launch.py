@@ -11,7 +11,7 @@ When no AWS region is configured, ``AWS_DEFAULT_REGION`` is set to ``us-west-2``
 (the SDK needs one: it builds its CloudWatch Logs client from ``boto3.Session()``).
 
 Jobs run on ``SAGEMAKER_EMULATOR_BACKEND`` with ``SAGEMAKER_EMULATOR_GPUS_PER_HOST`` emulated GPUs
-(see :func:`emulator.sdk.launch.emulator_options`).
+(see :func:`emulator.sdk.redirect.emulator_options`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...job.request import DEFAULT_REGION
-from ..launch import emulator_options, import_all, patched_sdk
+from ..redirect import emulator_options, import_all, patched_sdk
 
 #: Modules that bind ``Session`` at import (imported first so their binding is patched too).
 BINDERS = ("sagemaker.train", "sagemaker.train.model_trainer", "sagemaker.train.defaults",
