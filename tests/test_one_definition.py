@@ -110,3 +110,20 @@ help = "folder shipped as /opt/ml/code"
     # The homes themselves, and a re-export under the same name, are not strays.
     assert not list(strays('ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"\n', SITE + "_sm_emulator_names.py"))
     assert not list(strays("SCRATCH_PREFIX = P.SCRATCH_PREFIX\n", "emulator/kept/records.py"))
+
+
+def _job_request_builders(tree: ast.AST) -> list[str]:
+    """The names of the functions of ``tree`` whose code calls ``JobRequest(...)``."""
+    return [func.name for func in ast.walk(tree) if isinstance(func, ast.FunctionDef)
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "JobRequest"
+                   for n in ast.walk(func))]
+
+
+def test_one_job_request_builder() -> None:
+    """A :class:`~emulator.job.request.JobRequest` is built in one place, ``request.from_wire``: the
+    estimator-keyword front end (``request.create``) and the SDK's (``sdk.translate``) both call it."""
+    builders = {f"{path.relative_to(ROOT)}:{name}"
+                for path in sorted((ROOT / "emulator").rglob("*.py"))
+                for name in _job_request_builders(ast.parse(path.read_text()))}
+    assert builders == {"emulator/job/request.py:from_wire"}
+    assert _job_request_builders(ast.parse("def a():\n    return JobRequest(x=1)\n")) == ["a"]  # positive control

@@ -219,12 +219,7 @@ class JobRequest:
         }
 
     def resource_config(self) -> dict[str, Any]:
-        if not self.heterogeneous:
-            g = self.instance_groups[0]
-            return {"InstanceType": g.instance_type, "InstanceCount": g.count, "VolumeSizeInGB": 30}
-        return {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
-                                    "InstanceCount": g.count} for g in self.instance_groups],
-                "VolumeSizeInGB": 30}
+        return resource_config(self.instance_groups, heterogeneous=self.heterogeneous)
 
 
 def host_names(count: int) -> list[str]:
@@ -341,24 +336,25 @@ def create(
         "sagemaker_job_name": dist.encode(name),
         "sagemaker_region": dist.encode(region),
     })
-    chans = tuple(_channel(n, p) for n, p in (channels or {}).items())
-    request = JobRequest(
-        job_name=name,
+    wire: dict[str, Any] = {
+        "TrainingJobName": name,
+        "HyperParameters": hps,
+        "ResourceConfig": resource_config(groups, heterogeneous=hetero),
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_run},
+        "Environment": dict(environment or {}),
+        "AlgorithmSpecification": {"TrainingImage": image_uri} if image_uri else {},
+        **({"CheckpointConfig": {"LocalPath": checkpoint_local_path}} if checkpoint_local_path else {}),
+    }
+    request = from_wire(
+        wire,
         entry_point=entry,
         source_dir=source,
-        hyperparameters=hps,
-        instance_groups=groups,
         output_path=_local_path(output_path, "OutputDataConfig.S3OutputPath"),
-        channels=chans,
-        gpus_per_host=gpus_per_host,
-        max_runtime_seconds=max_run,
-        checkpoint_local_path=checkpoint_local_path or CHECKPOINT_DEFAULT,
+        channels=tuple(_channel(n, p) for n, p in (channels or {}).items()),
         checkpoint_dir=_local_path(checkpoint_dir, "CheckpointConfig.S3Uri") if checkpoint_dir else None,
-        environment=dict(environment or {}),
         region=region,
-        image_uri=image_uri,
+        gpus_per_host=gpus_per_host,
         forward_aws_credentials=forward_aws_credentials,
-        heterogeneous=hetero,
         short_toolkit_sleeps=short_toolkit_sleeps,
         fast_start=fast_start,
         pass_env=_names(pass_env, "pass_env"),
@@ -371,6 +367,54 @@ def create(
     )
     validate(request)
     return request
+
+
+def resource_config(groups: Sequence[InstanceGroup], *, heterogeneous: bool) -> dict[str, Any]:
+    """``ResourceConfig`` as CreateTrainingJob carries ``groups`` (``VolumeSizeInGB`` as the SDK's default)."""
+    if not heterogeneous:
+        g = groups[0]
+        return {"InstanceType": g.instance_type, "InstanceCount": g.count, "VolumeSizeInGB": 30}
+    return {"InstanceGroups": [{"InstanceGroupName": g.name, "InstanceType": g.instance_type,
+                                "InstanceCount": g.count} for g in groups],
+            "VolumeSizeInGB": 30}
+
+
+def from_wire(create: Mapping[str, Any], *, entry_point: str, source_dir: Path, output_path: Path,
+              channels: tuple[Channel, ...] = (), checkpoint_dir: Path | None = None,
+              region: str = DEFAULT_REGION, **options: Any) -> JobRequest:
+    """The one builder of a :class:`JobRequest`: a CreateTrainingJob request (the wire form, as the
+    SDK sends it) whose locations (code, output, channels, checkpoint ``S3Uri``) the caller has
+    already resolved to folders of this machine, plus the emulator's own ``options`` (the
+    :class:`JobRequest` fields CreateTrainingJob has no word for). Both front ends build it:
+    :func:`create` (an estimator's keyword arguments, encoded as the SDK encodes them) and
+    :mod:`emulator.sdk.translate` (what the real SDK sent). Not validated: each caller validates."""
+    rc = create.get("ResourceConfig") or {}
+    if rc.get("InstanceGroups"):
+        groups = tuple(InstanceGroup(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
+                       for g in rc["InstanceGroups"])
+    else:
+        groups = (InstanceGroup(HOMOGENEOUS_GROUP, rc.get("InstanceType", ""), rc.get("InstanceCount", 0)),)
+    algo = create.get("AlgorithmSpecification") or {}
+    entrypoint, arguments = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
+    return JobRequest(
+        job_name=create.get("TrainingJobName", ""),
+        entry_point=entry_point,
+        source_dir=source_dir,
+        hyperparameters=dict(create.get("HyperParameters") or {}),
+        instance_groups=groups,
+        heterogeneous=bool(rc.get("InstanceGroups")),
+        output_path=output_path,
+        channels=channels,
+        max_runtime_seconds=(create.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds", MAX_RUNTIME_DEFAULT),
+        checkpoint_local_path=(create.get("CheckpointConfig") or {}).get("LocalPath") or CHECKPOINT_DEFAULT,
+        checkpoint_dir=checkpoint_dir,
+        environment=dict(create.get("Environment") or {}),
+        region=region,
+        image_uri=algo.get("TrainingImage"),
+        container_entrypoint=entrypoint,
+        container_arguments=arguments,
+        **options,
+    )
 
 
 def _job_py_version(framework_version: Any, py_version: Any) -> str | None:

@@ -48,13 +48,10 @@ from ..inhost import protocol as P
 from ..job import distribution as dist
 from ..job.archives import safe_extract
 from ..job.request import (
-    CHECKPOINT_DEFAULT,
-    HOMOGENEOUS_GROUP,
-    MAX_RUNTIME_DEFAULT,
     Channel,
-    InstanceGroup,
     JobRequest,
     container_command,
+    from_wire,
     no_objects_message,
     validate,
 )
@@ -223,7 +220,7 @@ def from_create_training_job(create: Mapping[str, Any], *, store: S3Store | None
 def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str, gpus_per_host: int | None,
                forward_aws_credentials: bool, temp: list[Path], framework_version: str | None = None) -> Translated:
     algo = create.get("AlgorithmSpecification") or {}
-    entrypoint, arguments = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
+    entrypoint, _ = container_command(algo.get("ContainerEntrypoint"), algo.get("ContainerArguments"))
     hps = dict(create.get("HyperParameters") or {})
     v3 = entrypoint is not None and "sagemaker_program" not in hps
     if v3:  # no source dir: the code arrives as the `code` channel; /opt/ml/code stays empty
@@ -231,14 +228,6 @@ def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str,
         temp.append(source)
     else:
         source, entry = _source(hps, store, temp)
-    rc = create.get("ResourceConfig") or {}
-    if rc.get("InstanceGroups"):
-        groups = tuple(InstanceGroup(g["InstanceGroupName"], g["InstanceType"], g["InstanceCount"])
-                       for g in rc["InstanceGroups"])
-        hetero = True
-    else:
-        groups = (InstanceGroup(HOMOGENEOUS_GROUP, rc.get("InstanceType", ""), rc.get("InstanceCount", 0)),)
-        hetero = False
     output_uri = (create.get("OutputDataConfig") or {}).get("S3OutputPath", "")
     output = _where(output_uri, "OutputDataConfig.S3OutputPath", store)
     if urlparse(output_uri).scheme == "s3" and store is not None:
@@ -246,29 +235,19 @@ def _translate(create: Mapping[str, Any], *, store: S3Store | None, region: str,
     ckpt = create.get("CheckpointConfig") or {}
     ckpt_uri = ckpt.get("S3Uri")
     ckpt_dir = _where(ckpt_uri, "CheckpointConfig.S3Uri", store) if ckpt_uri else None
-    stopping = create.get("StoppingCondition") or {}
     channels = tuple(_channel(c, store, temp, copy=v3 and c.get("ChannelName") in (V3_CODE_CHANNEL, V3_DRIVERS_CHANNEL),
                               region=region, role=create.get("RoleArn"))
                      for c in create.get("InputDataConfig") or [])
-    request = JobRequest(
-        job_name=create.get("TrainingJobName", ""),
+    request = from_wire(
+        {**create, "HyperParameters": hps},
         entry_point=entry,
         source_dir=source,
-        hyperparameters=hps,
-        instance_groups=groups,
         output_path=output,
         channels=channels,
-        gpus_per_host=gpus_per_host,
-        max_runtime_seconds=stopping.get("MaxRuntimeInSeconds", MAX_RUNTIME_DEFAULT),
-        checkpoint_local_path=ckpt.get("LocalPath") or CHECKPOINT_DEFAULT,
         checkpoint_dir=ckpt_dir,
-        environment=dict(create.get("Environment") or {}),
         region=region,
-        image_uri=algo.get("TrainingImage"),
+        gpus_per_host=gpus_per_host,
         forward_aws_credentials=forward_aws_credentials,
-        heterogeneous=hetero,
-        container_entrypoint=entrypoint,
-        container_arguments=arguments,
         requirements_file=_v3_requirements(channels) if v3 else None,
         framework_version=framework_version,
     )
