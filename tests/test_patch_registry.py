@@ -122,9 +122,10 @@ for module in (sagemaker_training.mpi, sagemaker_training.smdataparallel):
     _sm_emulator_toolkit.patch(module)
 _sm_emulator_toolkit.patch_training(sagemaker_pytorch_container.training)
 import smdistributed.dataparallel.torch.torch_smddp
-import _sm_emulator_collectives, _sm_emulator_exits, multiprocessing.process
+import _sm_emulator_collectives, _sm_emulator_exits, multiprocessing.process, threading
 _sm_emulator_collectives.patch(torch)
 _sm_emulator_exits._on_multiprocessing(multiprocessing.process)
+_sm_emulator_exits._on_threading(threading)
 after = snapshot()
 missing = object()
 changed = sorted([label, name] for label in owners for name in set(before[label]) | set(after[label])
@@ -132,6 +133,10 @@ changed = sorted([label, name] for label in owners for name in set(before[label]
                  and not name.startswith("_sm_emulator"))
 print(json.dumps({"changed": changed, "applied": [[p.group, p.target] for p in _sm_emulator_patches.APPLIED]}))
 '''
+
+
+#: Hooks Python documents as made to be replaced, which the in-host code sets without the registry.
+DOCUMENTED_HOOKS = {("threading", "excepthook")}
 
 
 def test_every_patch_is_registered_and_applied(tmp_path: Path) -> None:
@@ -151,7 +156,7 @@ def test_every_patch_is_registered_and_applied(tmp_path: Path) -> None:
         expected.update((alias, name) for alias in p.aliases)
     # Every owner the registry names, plus owners a stray patch would most likely touch.
     owners = sorted({owner for owner, _ in expected} | {"torch.nn.Module", "torch.nn.functional",
-                                                        "torch.distributed.Backend"})
+                                                        "torch.distributed.Backend", "threading"})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (SITE, SMDDP_SITE))), "EMULATOR_GPU_COUNT": "2",
            "EMULATOR_DIAG_DIR": str(tmp_path),
            "EMULATOR_SHORT_TOOLKIT_SLEEPS": "1"}
@@ -162,7 +167,10 @@ def test_every_patch_is_registered_and_applied(tmp_path: Path) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     changed = {tuple(item) for item in report["changed"]}
     changed.discard(("torch.distributed.Backend", "SMDDP"))  # torch's own register_backend("smddp"): not a patch
-    assert changed == expected
+    # Python's documented hook for uncaught thread exceptions, made to be set (as sys.excepthook): set
+    # directly by _sm_emulator_exits, not a registered patch. Seen here, so the snapshot covers threading.
+    assert changed >= DOCUMENTED_HOOKS
+    assert changed - DOCUMENTED_HOOKS == expected
     assert sorted(map(tuple, report["applied"])) == sorted((p.group, p.target) for p in applicable)
     assert "[emulator] patch" not in done.stderr  # nothing differs from the pinned versions
 

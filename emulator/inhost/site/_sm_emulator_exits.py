@@ -134,28 +134,39 @@ def mark_ended() -> None:
 
 
 def _on_threading(threading: object) -> None:
+    """Wrap ``threading._shutdown``, a private function (registry entry of group ``exit-records``),
+    and set ``threading.excepthook``, Python's documented hook for uncaught thread exceptions (as
+    ``sys.excepthook``: hooks made to be replaced are set directly, not registered patches)."""
+    if getattr(threading.excepthook, "_sm_emulator_exits", False):
+        return
     shutdown = getattr(threading, "_shutdown", None)
     if shutdown is not None and not getattr(shutdown, "_sm_emulator_exits", False):
-        def _shutdown() -> None:
-            try:
-                shutdown()
-            finally:
-                mark_ended()
+        from _sm_emulator_patches import wrap
 
-        _shutdown._sm_emulator_exits = True  # type: ignore[attr-defined]
-        threading._shutdown = _shutdown  # type: ignore[attr-defined]
-    original = threading.excepthook
-    if getattr(original, "_sm_emulator_exits", False):
-        return
+        wrap("exit-records", threading, "_shutdown", _shutdown_wrapper)
+    threading.excepthook = _thread_hook_wrapper(threading.excepthook)  # type: ignore[attr-defined]
 
+
+def _shutdown_wrapper(shutdown: object) -> object:
+    def _shutdown() -> None:
+        try:
+            shutdown()  # type: ignore[operator]
+        finally:
+            mark_ended()
+
+    _shutdown._sm_emulator_exits = True  # type: ignore[attr-defined]
+    return _shutdown
+
+
+def _thread_hook_wrapper(original: object) -> object:
     def hook(args: object) -> None:
-        if args.exc_type is not SystemExit:
-            record("thread", args.exc_value, args.exc_traceback,
-                   thread=getattr(args.thread, "name", None))
-        original(args)
+        if args.exc_type is not SystemExit:  # type: ignore[attr-defined]
+            record("thread", args.exc_value, args.exc_traceback,  # type: ignore[attr-defined]
+                   thread=getattr(args.thread, "name", None))  # type: ignore[attr-defined]
+        original(args)  # type: ignore[operator]
 
     hook._sm_emulator_exits = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+    return hook
 
 
 def _on_multiprocessing(process: object) -> None:

@@ -173,7 +173,8 @@ GROUPS = {g.name: g for g in (
           "a ring file the collective diagnostics read; the original runs unchanged"),
     Group("exit-records", "_sm_emulator_exits", "EMULATOR_DIAG_DIR set",
           "a multiprocessing child that ends with a non-zero exit code records the exception that ended it "
-          "(multiprocessing prints and drops it); the original runs unchanged"),
+          "(multiprocessing prints and drops it); at interpreter shutdown the process notes that it is ending "
+          "(so a hang or a crash in exit is told from one in training); the originals run unchanged"),
 )}
 
 _TORCH = "torch 2.13.0"
@@ -440,6 +441,7 @@ REGISTRY: tuple[Patch, ...] = tuple([
     # The standard library's: "python X.Y" is the interpreter's version (no distribution to ask).
     Patch("exit-records", "multiprocessing.process", "BaseProcess._bootstrap", "(self, parent_sentinel=None)",
           "python 3.11", "wrap"),
+    Patch("exit-records", "threading", "_shutdown", "()", "python 3.11", "wrap"),
 ])
 
 _BY_KEY = {(p.group, p.module, p.attribute): p for p in REGISTRY}
