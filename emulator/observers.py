@@ -145,3 +145,14 @@ class Observer:
     def report(self, finish: FinishContext) -> Report:
         """Called once after the last attempt."""
         return Report()
+
+
+class AttemptRecords(Observer):
+    """An observer that reads the in-host records (:attr:`AttemptContext.records_since`) of the
+    current attempt only: a spot restart's earlier attempt is not read again."""
+
+    def __init__(self) -> None:
+        self.since = 0.0
+
+    def on_start(self, ctx: AttemptContext) -> None:
+        self.since = ctx.records_since

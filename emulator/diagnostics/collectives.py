@@ -33,7 +33,7 @@ from typing import Any
 from ..inhost.protocol import COLL_HEADER, COLL_MAGIC, COLL_RAISED, COLL_RECORD, COLL_RETURNED, COLLECTIVES_PREFIX
 from ..job.request import host_order
 from ..job.result import Diagnostic
-from ..observers import AttemptContext, FinishContext, Observer, Report
+from ..observers import AttemptRecords, FinishContext, Report
 from .stacks import ranges
 
 #: Values of the ``distributed_debug`` option, as torch spells them.
@@ -220,14 +220,8 @@ def debug_environment(level: str | None) -> dict[str, str]:
     return {"TORCH_DISTRIBUTED_DEBUG": value}
 
 
-class CollectiveCheck(Observer):
+class CollectiveCheck(AttemptRecords):
     """After a failed or stopped job, compare the ranks' collective records."""
-
-    def __init__(self) -> None:
-        self.since = 0.0
-
-    def on_start(self, ctx: AttemptContext) -> None:
-        self.since = ctx.records_since  # rings of an earlier attempt are not compared
 
     def report(self, finish: FinishContext) -> Report:
         if finish.status == "Completed" or not finish.diag_dir.is_dir():

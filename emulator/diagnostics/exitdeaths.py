@@ -29,7 +29,7 @@ from typing import Any
 from ..inhost.protocol import ENDED_PREFIX
 from ..job.request import host_order
 from ..job.result import Diagnostic
-from ..observers import AttemptContext, FinishContext, Observer, Report
+from ..observers import AttemptRecords, FinishContext, Report
 from .stacks import display_path
 
 KIND = "died-at-exit"
@@ -97,14 +97,8 @@ def explain(records: Sequence[dict[str, Any]], logs: dict[str, Path]) -> list[Di
     return out
 
 
-class ExitDeaths(Observer):
+class ExitDeaths(AttemptRecords):
     """Explains a ``Failed`` job whose processes died at interpreter exit (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.since = 0.0
-
-    def on_start(self, ctx: AttemptContext) -> None:
-        self.since = ctx.records_since
 
     def report(self, finish: FinishContext) -> Report:
         if finish.status != "Failed" or not finish.diag_dir.is_dir():

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..inhost.protocol import EXIT_PREFIX
 from ..job.request import host_order
-from ..observers import AttemptContext, FinishContext, Observer, Report
+from ..observers import AttemptRecords, FinishContext, Report
 from .stacks import display_path
 
 #: At most this many processes are named per host (then "and N more").
@@ -92,14 +92,8 @@ def warnings(records: Sequence[dict[str, Any]], logs: dict[str, Path]) -> list[s
     return out
 
 
-class QuietFailures(Observer):
+class QuietFailures(AttemptRecords):
     """Warns when a ``Completed`` job had processes or threads that died (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.since = 0.0
-
-    def on_start(self, ctx: AttemptContext) -> None:
-        self.since = ctx.records_since
 
     def report(self, finish: FinishContext) -> Report:
         if finish.status != "Completed" or not finish.diag_dir.is_dir():

@@ -12,57 +12,36 @@ convention, and small ``/proc`` readers.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 
 # -- variables the emulator sets in every host, and the files ranks write -----------------------
 # Defined in ``_sm_emulator_names`` (no imports: start-up code reads them from there).
-try:  # the emulator's side: emulator.inhost.site._sm_emulator_protocol
-    from ._sm_emulator_names import (
-        COLLECTIVES_PREFIX,
-        ENDED_PREFIX,
-        ENV_COLLECTIVES,
-        ENV_DIAG_DIR,
-        ENV_DLC,
-        ENV_DLC_TORCH,
-        ENV_FAST_START,
-        ENV_FAST_START_PRELOAD,
-        ENV_GPU_COUNT,
-        ENV_GPU_MEMORY,
-        ENV_GPU_MODEL,
-        ENV_INHOST,
-        ENV_PREFIX,
-        ENV_SHORT_TOOLKIT_SLEEPS,
-        ENV_SMDDP_STRICT,
-        ENV_TOOLKIT_SKIPS_TORCH_IMPORT,
-        EXIT_PREFIX,
-        RDZV_PREFIX,
-        STACKS_PREFIX,
-        STACKS_SIGNAL,
-    )
-except ImportError:  # inside hosts: the top-level _sm_emulator_protocol
-    from _sm_emulator_names import (  # type: ignore[no-redef]  # noqa: F401
-        COLLECTIVES_PREFIX,
-        ENDED_PREFIX,
-        ENV_COLLECTIVES,
-        ENV_DIAG_DIR,
-        ENV_DLC,
-        ENV_DLC_TORCH,
-        ENV_FAST_START,
-        ENV_FAST_START_PRELOAD,
-        ENV_GPU_COUNT,
-        ENV_GPU_MEMORY,
-        ENV_GPU_MODEL,
-        ENV_INHOST,
-        ENV_PREFIX,
-        ENV_SHORT_TOOLKIT_SLEEPS,
-        ENV_SMDDP_STRICT,
-        ENV_TOOLKIT_SKIPS_TORCH_IMPORT,
-        EXIT_PREFIX,
-        RDZV_PREFIX,
-        STACKS_PREFIX,
-        STACKS_SIGNAL,
-    )
+# One module under two names: ``emulator.inhost.site._sm_emulator_names`` on the emulator's side,
+# the top-level ``_sm_emulator_names`` inside hosts.
+_names = importlib.import_module("._sm_emulator_names", __package__) if __package__ else \
+    importlib.import_module("_sm_emulator_names")
+COLLECTIVES_PREFIX: str = _names.COLLECTIVES_PREFIX
+ENDED_PREFIX: str = _names.ENDED_PREFIX
+ENV_COLLECTIVES: str = _names.ENV_COLLECTIVES
+ENV_DIAG_DIR: str = _names.ENV_DIAG_DIR
+ENV_DLC: str = _names.ENV_DLC
+ENV_DLC_TORCH: str = _names.ENV_DLC_TORCH
+ENV_FAST_START: str = _names.ENV_FAST_START
+ENV_FAST_START_PRELOAD: str = _names.ENV_FAST_START_PRELOAD
+ENV_GPU_COUNT: str = _names.ENV_GPU_COUNT
+ENV_GPU_MEMORY: str = _names.ENV_GPU_MEMORY
+ENV_GPU_MODEL: str = _names.ENV_GPU_MODEL
+ENV_INHOST: str = _names.ENV_INHOST
+ENV_PREFIX: str = _names.ENV_PREFIX
+ENV_SHORT_TOOLKIT_SLEEPS: str = _names.ENV_SHORT_TOOLKIT_SLEEPS
+ENV_SMDDP_STRICT: str = _names.ENV_SMDDP_STRICT
+ENV_TOOLKIT_SKIPS_TORCH_IMPORT: str = _names.ENV_TOOLKIT_SKIPS_TORCH_IMPORT
+EXIT_PREFIX: str = _names.EXIT_PREFIX
+RDZV_PREFIX: str = _names.RDZV_PREFIX
+STACKS_PREFIX: str = _names.STACKS_PREFIX
+STACKS_SIGNAL: int = _names.STACKS_SIGNAL
 
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
