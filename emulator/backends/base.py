@@ -30,6 +30,7 @@ from ..job.request import JobRequest
 #: The backend choice that probes this machine and picks one (:mod:`emulator.backends.choose`).
 AUTO = "auto"
 
+
 @dataclass(frozen=True)
 class Mount:
     """A bind mount into the host: ``source`` (this machine) at ``target`` (inside the host)."""

@@ -30,7 +30,7 @@ from ..inhost.protocol import ENDED_PREFIX
 from ..job.request import host_order
 from ..job.result import Diagnostic
 from ..observers import AttemptRecords, FinishContext, Report
-from .stacks import display_path
+from .stacks import by_host, display_path
 
 KIND = "died-at-exit"
 #: libstdc++'s text when ``std::terminate`` runs with no exception (a joinable ``std::thread``
@@ -69,12 +69,8 @@ def _who(record: dict[str, Any]) -> str:
 
 def explain(records: Sequence[dict[str, Any]], logs: dict[str, Path]) -> list[Diagnostic]:
     """One diagnostic per host with processes that died at interpreter exit."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        by_host.setdefault(str(r.get("host")), []).append(r)
     out = []
-    for host in sorted(by_host, key=host_order):
-        items = by_host[host]
+    for host, items in by_host(records):
         fatal = sorted({r["fatal"] for r in items})
         where = sorted({r["where"] for r in items if r.get("where")})
         try:

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..inhost.protocol import EXIT_PREFIX
-from ..job.request import host_order
 from ..observers import AttemptRecords, FinishContext, Report
-from .stacks import display_path
+from .stacks import by_host, display_path
 
 #: At most this many processes are named per host (then "and N more").
 PER_HOST = 4
@@ -78,12 +77,8 @@ def _what(record: dict[str, Any]) -> str:
 
 def warnings(records: Sequence[dict[str, Any]], logs: dict[str, Path]) -> list[str]:
     """One warning per host with abnormal ends (empty when there are none)."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        by_host.setdefault(str(r.get("host")), []).append(r)
     out = []
-    for host in sorted(by_host, key=host_order):
-        items = by_host[host]
+    for host, items in by_host(records):
         named = "; ".join(_what(r) for r in items[:PER_HOST])
         more = f"; and {len(items) - PER_HOST} more" if len(items) > PER_HOST else ""
         log = f" (tracebacks in {logs[host]})" if host in logs else ""

@@ -234,6 +234,14 @@ def ranges(numbers: Iterable[int]) -> str:
     return ", ".join(out)
 
 
+def by_host(records: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """In-host records grouped by their ``host``, hosts in ``algo-N`` order, records in their order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        grouped.setdefault(str(r.get("host")), []).append(r)
+    return [(host, grouped[host]) for host in sorted(grouped, key=host_order)]
+
+
 def rank_processes(stacks: Sequence[ProcessStack]) -> list[ProcessStack]:
     """The processes that are ranks: a rank, and not a child of the same rank (DataLoader workers)."""
     return sorted((s for s in stacks if s.rank is not None and s.parent_rank != s.rank),

@@ -85,7 +85,7 @@ class S3Store:
         self.region = region
         self._etags: dict[tuple[str, str], str] = {}
         self._open = False
-        self._client: Any = None
+        self._s3: Any = None
 
     # lifecycle ---------------------------------------------------------------------------
     def open(self) -> S3Store:
@@ -96,7 +96,7 @@ class S3Store:
         import boto3
 
         self.root.mkdir(parents=True, exist_ok=True)
-        self._client = boto3.session.Session(region_name=self.region).client("s3")
+        self._s3 = boto3.session.Session(region_name=self.region).client("s3")
         self._load_all()
         atexit.register(self.close)
         return self
@@ -115,7 +115,7 @@ class S3Store:
     def client(self) -> Any:
         if not self._open:
             self.open()
-        return self._client
+        return self._s3
 
     # folder → moto -----------------------------------------------------------------------
     def _buckets(self) -> set[str]:
