@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import emulator
+from emulator.cache import cache_dir
 
 from .rank_output import marked_json
 
@@ -166,8 +167,8 @@ def test_no_rank_and_no_pip_step_sees_the_callers_files(tmp_path: Path, caller_t
 
 def test_home_is_empty_and_per_host(tmp_path: Path) -> None:
     """``HOME`` is ``/root``, empty but for the cluster's ``.ssh`` (what the MPI family needs) and
-    the folders of the job's interpreter that live there; what a rank writes into it stays in its
-    own host."""
+    the mount points of what the host runs that lives there (the job's interpreter, the emulator's
+    cache holding the job environment); what a rank writes into it stays in its own host."""
     mine = f"mine-{uuid.uuid4().hex[:8]}"
     src = tmp_path / "src"
     src.mkdir()
@@ -180,8 +181,10 @@ def test_home_is_empty_and_per_host(tmp_path: Path) -> None:
     result = emulator.run(entry_point="train.py", source_dir=src, instance_count=2, output_path=tmp_path / "out",
                           job_name="host-home", echo=False, stop_grace=2)
     assert result.status == "Completed", result.failure_reason
-    allowed = {".ssh"} | {Path(p).relative_to("/root").parts[0] for p in _interpreter_paths()
-                          if p.startswith("/root/")}
+    # mount points of what the host runs from /root: the interpreter, and the job environment and
+    # DLC view in the emulator's cache (~/.cache/sagemaker-emulator when HOME is /root)
+    allowed = {".ssh"} | {Path(p).relative_to("/root").parts[0]
+                          for p in [*_interpreter_paths(), os.path.realpath(cache_dir())] if p.startswith("/root/")}
     for host in ("algo-1", "algo-2"):
         [seen] = marked_json(result.log(host), "HOME ")
         assert seen["home"] == "/root"

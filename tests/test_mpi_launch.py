@@ -8,7 +8,6 @@ tests run everywhere. A missing sshd, mpirun or mpi4py skips these tests, and fa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -50,12 +49,6 @@ needs_root_sshd = pytest.mark.skipif(
     os.geteuid() != 0,
     reason="real sshd in every host needs root (an unprivileged user namespace cannot setgroups, so sshd "
            "cannot log anyone in); the non-root MPI path is tested in test_mpi_nonroot.py")
-
-
-def _gethostname_so() -> str:
-    spec = importlib.util.find_spec("gethostname")
-    assert spec is not None and spec.origin
-    return spec.origin
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +99,9 @@ def test_every_rank_environment(jobs: dict[str, tuple[JobResult, float]], name: 
     for rank, r in seen.items():
         env, host = r["env"], f"algo-{rank // 2 + 1}"
         assert r["hostname"] == r["file_host"] == host  # UTS name and the LD_PRELOADed gethostname
-        assert env["LD_PRELOAD"] == _gethostname_so()
+        # the toolkit's own rule (sagemaker_training.mpi: LD_PRELOAD=inspect.getfile(gethostname)),
+        # applied by the rank inside its host, where the job environment's packages are
+        assert env["LD_PRELOAD"] == r["gethostname_file"]
         assert r["sum"] == 10.0 and r["comm_rank"] == rank  # all_reduce across both hosts
         assert env["OMPI_COMM_WORLD_RANK"] == str(rank)
         assert env["OMPI_COMM_WORLD_SIZE"] == "4"
@@ -157,7 +152,8 @@ def test_plan_predicts_the_full_mpirun_argv(jobs: dict[str, tuple[JobResult, flo
     assert logged, log[-2000:]
     launcher = planned.hosts[0].launcher
     assert launcher is not None and planned.hosts[1].launcher is None
-    predicted = " ".join(a.replace(tk.GETHOSTNAME_SO, _gethostname_so()) for a in launcher)
+    so = ranks(result)[0]["gethostname_file"]  # the library as the hosts see it (see test_every_rank_environment)
+    predicted = " ".join(a.replace(tk.GETHOSTNAME_SO, so) for a in launcher)
     assert logged.group(1).strip() == predicted
 
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cache import cache_dir
 from ..errors import BackendUnavailable
 from .base import AUTO
 from .docker import engine as eng
@@ -114,8 +115,7 @@ def probe_process() -> Probe:
 
 
 def _cache_file() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "sagemaker-emulator" / f"backend-probe-{os.getuid()}.json"
+    return cache_dir(f"backend-probe-{os.getuid()}.json")
 
 
 def _cache_key() -> dict[str, Any]:

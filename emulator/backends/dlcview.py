@@ -45,10 +45,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cache import cache_dir
+
 if TYPE_CHECKING:
     from ..job.frameworks import Family
 
-VIEWS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "views"
+VIEWS = cache_dir("views")
 #: Changes when what a view holds changes.
 LAYOUT = "1"
 #: What hosts need besides the DLC's list (see the module docstring).

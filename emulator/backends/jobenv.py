@@ -27,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -36,13 +35,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cache import cache_dir
 from ..errors import BackendUnavailable
 from . import dlcview
 
 if TYPE_CHECKING:
     from ..job.frameworks import Family, Selection
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "envs"
+CACHE = cache_dir("envs")
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
 
@@ -55,6 +55,7 @@ PREPARE_TIMEOUT = 1800
 #: own child interpreters (build isolation) inherit the marker and do not wait for their parent.
 _PIP_LOCK_MODULE = """\
 import os, sys
+from ..cache import cache_dir
 _ARGV = getattr(sys, "orig_argv", [])  # python -m pip install ... / bin/pip install ...
 if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
         and any(a == "pip" or a.endswith(("/pip", "/pip3")) for a in _ARGV[1:4])):
@@ -109,6 +110,11 @@ def family_of(framework: tuple[str, ...]) -> Family | None:
     from ..job import frameworks
 
     return next((f for f in frameworks.FAMILIES if framework and f.requirement == framework[0]), None)
+
+
+def view_of(selection: Selection | None) -> Path:
+    """The DLC view the job environments of a framework selection see (made by :func:`prepare`)."""
+    return dlcview.path(family_of(framework_pins(selection)))
 
 
 def _key(req: Path | None, pins: tuple[str, ...] = ()) -> str:

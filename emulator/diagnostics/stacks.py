@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..cache import cache_dir
 from ..inhost.protocol import (
     CODE_DIR,
     RANK_VARIABLES,
@@ -169,13 +170,16 @@ def parse_py_spy(text: str) -> list[Thread]:
 
 
 # -- classifying frames -------------------------------------------------------------------------
+#: Installed packages are also reached through the emulator's cache: a process-backend job sees
+#: them in its DLC view and job environment (``cache_dir()``), at the path they have on this machine.
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/|^<frozen |^<string>$|/inhost/(smddp/)?site/|"
-                      r"/sm-emulator/inhost/|/_sm_emulator_[^/]*\.py$|/sagemaker_training/")
+                      r"/sm-emulator/inhost/|/_sm_emulator_[^/]*\.py$|/sagemaker_training/|"
+                      f"^{re.escape(str(cache_dir()))}/")
 
 
 def is_user_frame(frame: Frame) -> bool:
-    """True for the user's own code: not the standard library, installed packages, the
-    toolkit or the emulator's in-host code."""
+    """True for the user's own code: not the standard library, installed packages (also through
+    the emulator's cache), the toolkit or the emulator's in-host code."""
     return _LIBRARY.search(frame.file) is None
 
 

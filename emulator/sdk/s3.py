@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..cache import cache_dir
 from ..inhost import protocol as P
 
 #: The default root of the S3 mirror.
-DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "s3"
+DEFAULT_ROOT = cache_dir("s3")
 #: Services moto answers while the emulator's S3 is open; everything else is refused by moto.
 #: CloudWatch Logs carries the hosts' logs for SDK v3 (:mod:`emulator.sdk.cwlogs`).
 MOCKED_SERVICES = ["s3", "sts", "iam", "logs"]

@@ -253,3 +253,16 @@ def test_py_spy_reads_a_stopped_process(tmp_path: Path) -> None:
 def test_ranges_and_grouping() -> None:
     assert stacks.ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7, 8"
     assert stacks.ranges([3]) == "3"
+
+
+def test_packages_seen_through_the_emulators_cache_are_library_code() -> None:
+    """A process-backend rank imports torch from its DLC view (a folder of links in the emulator's
+    cache), so torch's frames carry that path: they are library frames, the script's are not."""
+    from emulator.cache import cache_dir
+
+    view = cache_dir("views", "0123abcd")
+    library = stacks.Frame(str(view / "torch/distributed/distributed_c10d.py"), 3252, "all_reduce")
+    venv = stacks.Frame(str(cache_dir("envs", "ff00") / "lib/python3.11/site-packages/x/y.py"), 1, "f")
+    user = stacks.Frame("/opt/ml/code/hang_reader.py", 23, "step")
+    assert not stacks.is_user_frame(library) and not stacks.is_user_frame(venv)
+    assert stacks.is_user_frame(user)

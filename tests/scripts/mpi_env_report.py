@@ -41,8 +41,12 @@ def main() -> None:
         total = float(t.item())
         mpi_rank = dist.get_rank()
         dist.destroy_process_group()
+    import inspect
+
+    import gethostname  # sagemaker-training's; its mpirun passes -x LD_PRELOAD=inspect.getfile(gethostname)
+
     report = {"env": dict(os.environ), "hostname": socket.gethostname(), "sum": total,
-              "comm_rank": mpi_rank}
+              "comm_rank": mpi_rank, "gethostname_file": inspect.getfile(gethostname)}
     host = os.environ.get("SM_CURRENT_HOST", "?")
     path = f"/opt/ml/model/env-{socket.gethostname()}-{rank}.json"
     with open(path, "w") as f:

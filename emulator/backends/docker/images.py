@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from ...cache import cache_dir
 from ...errors import BackendUnavailable
 from ...job import frameworks
 from ...job.frameworks import Family, Selection
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from ...job.request import JobRequest
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "build.py"
-LOGS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "images"
+LOGS = cache_dir("images")
 #: Lines of the build's output shown on the console (the rest goes to the log).
 PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
 

@@ -34,12 +34,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...cache import cache_dir
 from ...inhost.protocol import CODE_DIR
 from ..base import HostLaunch, Mount
 from . import engine, files
 from . import reaper as helpers
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagemaker-emulator" / "wheelhouse"
+CACHE = cache_dir("wheelhouse")
 #: Where hosts see the wheelhouse and the pip configuration that points at it.
 HOST_WHEELHOUSE = "/opt/sm-emulator/wheelhouse"
 HOST_PIP_CONF = "/etc/pip.conf"

@@ -312,9 +312,15 @@ class ProcessBackend:
         base = {"HOME": CONTAINER_HOME}
         base.update({k: os.environ[k] for k in IMAGE_VARIABLES if os.environ.get(k)})
         spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
+        gethostname_so = spec.origin if spec is not None else None
+        if gethostname_so is not None and request is not None:
+            from .. import jobenv
+
+            # the job's toolkit imports it, as every package, through the job environment's DLC view
+            gethostname_so = str(jobenv.view_of(request.framework) / Path(gethostname_so).name)
         return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
                        base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
-                       gethostname_so=spec.origin if spec is not None else None,
+                       gethostname_so=gethostname_so,
                        toolkit=_toolkit()[0], training_image=TRAINING_IMAGE)
 
     # -- framework_version: this machine's interpreter with the DLC's torch (emulator/job/frameworks.py)
