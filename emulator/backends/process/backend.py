@@ -585,7 +585,8 @@ def _site_lines(folder: str) -> list[str]:
 
 def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
     """What of this machine outside the system folders a host needs, as ``(read_only, writable)``:
-    the interpreter of the job (``host.command[0]``) with its prefixes, site folders and what
+    the interpreter of the job (``host.command[0]``, or the ``python3`` the host's ``PATH`` finds when
+    the command is a container entrypoint such as SDK v3's ``/bin/bash -c …``) with its prefixes, site folders and what
     their ``.pth`` files add (the caller's site-packages a job environment is layered on), the
     in-host code and what ``PATH``, ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` name. Writable: the job
     environment itself (a venv the toolkit's ``pip install -r requirements.txt`` installs into, as
@@ -595,6 +596,8 @@ def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
     import site
 
     python = host.command[0] if host.command else sys.executable
+    if not Path(python).name.startswith("python"):  # a ContainerEntrypoint (SDK v3: /bin/bash -c …):
+        python = shutil.which("python3", path=host.env.get("PATH", "")) or python  # the one its PATH runs
     writable: list[str] = []
     candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(INHOST_ROOT),
                   *site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
