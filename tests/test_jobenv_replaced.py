@@ -76,3 +76,11 @@ def test_a_torch_replacement_names_smddp_and_the_cuda_build() -> None:
     assert changed == [{"package": "torch", "before": "1.12.1", "after": "2.8.0",
                         "pulled_by": "torchmetrics>=0.4.1->pytorch-lightning==1.6.3->-r requirements.txt (line 1)"}]
     assert jobenv.replacements({"torch": "2.13.0+cpu"}, {"torch": "2.13.0"}, "") == []  # same release
+
+
+def test_the_pip_lock_module_runs_on_its_own() -> None:
+    """Every interpreter of a job environment imports this module at start-up (a ``.pth`` line), as a
+    top-level module of the venv: it must run with nothing of the emulator importable."""
+    done = subprocess.run([sys.executable, "-I", "-c", jobenv._PIP_LOCK_MODULE], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr

@@ -55,7 +55,6 @@ PREPARE_TIMEOUT = 1800
 #: own child interpreters (build isolation) inherit the marker and do not wait for their parent.
 _PIP_LOCK_MODULE = """\
 import os, sys
-from ..cache import cache_dir
 _ARGV = getattr(sys, "orig_argv", [])  # python -m pip install ... / bin/pip install ...
 if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
         and any(a == "pip" or a.endswith(("/pip", "/pip3")) for a in _ARGV[1:4])):
@@ -86,7 +85,7 @@ def _create(venv: Path, view: Path) -> Path:
 
 
 #: Changes when what a job environment holds changes (so older cached ones are not reused).
-LAYOUT = b"4"
+LAYOUT = b"5"
 
 
 def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
