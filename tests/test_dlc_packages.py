@@ -131,3 +131,23 @@ def test_the_dlc_view_holds_the_dlc_list_and_its_requirements_only(tmp_path: Pat
     other = next(f for f in frameworks.FAMILIES if f.torch.split("+")[0] != metadata.version("torch").split("+")[0])
     assert "torch" not in {dlcview.canonical(d.metadata["Name"]) for d in dlcview.closure(other)}
     assert dlcview.ensure(None) == view and (view / ".ready").is_file()  # cached
+
+
+def test_a_legacy_egg_info_install_enters_the_view_by_its_installed_files(tmp_path: Path) -> None:
+    """pip without ``wheel`` installs an sdist with ``setup.py install``: an ``.egg-info`` folder whose
+    ``files`` Python 3.11 reads from SOURCES.txt (source paths). The view takes installed-files.txt."""
+    from emulator.backends import dlcview
+
+    site = tmp_path / "site-packages"
+    (site / "pkgx").mkdir(parents=True)
+    (site / "pkgx" / "__init__.py").write_text("")
+    (site / "pkgx_ext.so").write_text("")
+    egg = site / "pkgx-1.0-py3.11.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: pkgx\nVersion: 1.0\n")
+    (egg / "SOURCES.txt").write_text("README.md\nsrc/pkgx/__init__.py\n")
+    (egg / "top_level.txt").write_text("pkgx\npkgx_ext\n")
+    (egg / "installed-files.txt").write_text("../pkgx/__init__.py\n../pkgx_ext.so\n../../../../bin/pkgx\nPKG-INFO\n")
+    base, tops, _ = dlcview._entries(metadata.PathDistribution(egg))
+    assert base == site
+    assert tops == {"pkgx", "pkgx_ext.so", egg.name}

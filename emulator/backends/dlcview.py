@@ -43,7 +43,7 @@ import sys
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..cache import cache_dir
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 VIEWS = cache_dir("views")
 #: Changes when what a view holds changes.
-LAYOUT = "1"
+LAYOUT = "2"
 #: What hosts need besides the DLC's list (see the module docstring).
 HOST_NEEDS = ("sagemaker-training", "sagemaker-pytorch-training", "mpi4py", "paramiko", "pip", "setuptools",
               "wheel")
@@ -146,7 +146,14 @@ def _entries(dist: metadata.Distribution) -> tuple[Path, set[str], set[tuple[str
     base = Path(str(dist.locate_file("")))
     tops: set[str] = set()
     pairs: set[tuple[str, str]] = set()
-    files = dist.files
+    info = getattr(dist, "_path", None)  # the .dist-info/.egg-info folder (PathDistribution)
+    files: list[Any] | None = list(dist.files) if dist.files is not None else None
+    if isinstance(info, Path) and info.suffix == ".egg-info":
+        # A legacy ``setup.py install`` (pip without ``wheel``): Python 3.11 lists SOURCES.txt (the source
+        # tree's paths); what was installed is installed-files.txt, relative to the .egg-info folder.
+        listed = dist.read_text("installed-files.txt")
+        files = [os.path.normpath(os.path.join(info.name, line.strip()))
+                 for line in listed.splitlines() if line.strip()] if listed else None
     if files is not None:
         for f in files:
             parts = Path(str(f)).parts
@@ -158,7 +165,6 @@ def _entries(dist: metadata.Distribution) -> tuple[Path, set[str], set[tuple[str
                 pairs.add((parts[0], parts[1]))
     else:
         tops.update(t for t in (dist.read_text("top_level.txt") or "").split() if t)
-    info = getattr(dist, "_path", None)  # the .dist-info folder (PathDistribution)
     if isinstance(info, Path):
         tops.add(info.name)
     return base, {t for t in tops if (base / t).exists() or (base / f"{t}.py").exists()}, pairs
