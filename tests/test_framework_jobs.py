@@ -40,7 +40,8 @@ REPORT = """\
 import json, os, sys, torch
 from importlib import metadata
 print("REPORT " + json.dumps({"torch": torch.__version__, "python": sys.version.split()[0],
-      "executable": sys.executable, "toolkit": metadata.version("sagemaker-training")}), flush=True)
+      "executable": sys.executable, "toolkit": metadata.version("sagemaker-training"),
+      "torch_file": torch.__file__}), flush=True)
 """
 
 
@@ -142,6 +143,7 @@ def test_process_backend_runs_the_framework_torch_in_a_job_environment(
     from emulator.supervisor import run
 
     monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
     src = _source(tmp_path)
     request = rq.create(entry_point="train.py", source_dir=src, output_path=tmp_path / "out",
                         job_name=f"fw-process-{uuid.uuid4().hex[:6]}", framework_version="2.13")
@@ -153,6 +155,7 @@ def test_process_backend_runs_the_framework_torch_in_a_job_environment(
     expected_python = jobenv.interpreter(src, framework=pins)
     assert seen["executable"] == expected_python != sys.executable  # the job environment, not yours
     assert Path(expected_python).is_relative_to(tmp_path / "envs")  # made now, not found in a cache
+    assert Path(seen["torch_file"]).is_relative_to(tmp_path / "frameworks")  # the family's torch: its layer
     assert "torch==2.13.0+cpu" in (result.job_dir / "logs" / "jobenv.log").read_text()
     fw = json.loads((result.job_dir / "job.json").read_text())["Emulator"]["Framework"]
     assert (fw["Torch"], fw["Python"]) == (seen["torch"], seen["python"])

@@ -1,4 +1,5 @@
-"""A job environment says when its requirements replace a package the DLC pins (real pip).
+"""A job environment says when its requirements replace a package the DLC pins (real pip), and
+job environments of one family share its framework layer.
 
 Two tiny local distributions stand for a DLC package and a requirement that needs a newer
 release of it (as ``torchmetrics`` 1.8 needs torch>=2 under a torch 1.12 DLC): ``smemu-dlcpkg``
@@ -45,6 +46,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _prepare(tmp_path: Path, wheels: Path, requirement: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
     src = tmp_path / "src"
     src.mkdir()
     (src / "requirements.txt").write_text(f"{requirement}\n")
@@ -84,3 +86,56 @@ def test_the_pip_lock_module_runs_on_its_own() -> None:
     done = subprocess.run([sys.executable, "-I", "-c", jobenv._PIP_LOCK_MODULE], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+# -- the framework layer and the cache ---------------------------------------------------------
+def _env(tmp_path: Path, wheels: Path, name: str, requirement: str | None) -> str:
+    src = tmp_path / name
+    src.mkdir()
+    if requirement is not None:
+        (src / "requirements.txt").write_text(f"{requirement}\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    python, prepared = jobenv.prepare(src, tmp_path / "scratch", tmp_path / "jobenv.log", env=env,
+                                      framework=("smemu-dlcpkg==1.0",))
+    assert prepared, (tmp_path / "jobenv.log").read_text()
+    return python
+
+
+def _imported(python: str, module: str) -> str:
+    return subprocess.run([python, "-c", f"import {module}; print({module}.__file__)"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_job_environments_of_one_family_share_one_framework_layer(tmp_path: Path, wheels: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
+    plain = _env(tmp_path, wheels, "plain", None)
+    fine = _env(tmp_path, wheels, "fine", "smemu-fine")
+    assert plain != fine
+    [layer] = [p for p in (tmp_path / "frameworks").iterdir() if p.is_dir()]
+    for python in (plain, fine):  # the pin is installed once, in the layer, and both see it
+        assert Path(_imported(python, "smemu_dlcpkg")).is_relative_to(layer)
+    assert not list((tmp_path / "envs").glob("*/lib/python*/site-packages/smemu_dlcpkg"))
+    # A requirement that replaces the pin shadows the layer and leaves it as it was.
+    needs_new = _env(tmp_path, wheels, "new", "smemu-needsnew")
+    assert Path(_imported(needs_new, "smemu_dlcpkg")).is_relative_to(tmp_path / "envs")
+    assert "1.0" in (layer / "smemu_dlcpkg" / "__init__.py").read_text()
+
+
+def test_an_environment_whose_interpreter_is_gone_is_removed_when_the_next_is_made(
+        tmp_path: Path, wheels: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
+    kept = Path(_env(tmp_path, wheels, "kept", None)).parent.parent
+    gone = Path(_env(tmp_path, wheels, "gone", "smemu-fine")).parent.parent
+    (gone / jobenv.ORIGIN).write_text(str(tmp_path / "a-removed-clone" / ".nox" / "tests"))
+    busy = tmp_path / "envs" / "0123456789abcdef"  # being made by another job: no origin yet, locked
+    busy.mkdir()
+    with open(tmp_path / "envs" / f"{busy.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _env(tmp_path, wheels, "next", "smemu-needsnew")
+    assert not gone.exists()
+    assert kept.is_dir() and busy.is_dir()

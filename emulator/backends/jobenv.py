@@ -7,9 +7,18 @@ installed here that the family's DLC ships or hosts need, and their requirements
 own site-packages. The user's other packages (Lightning, transformers, pytest, ...) are invisible,
 as on SageMaker, unless the requirements install them; the user's torch is reused only where it is
 the family's. A ``framework_version`` adds the family's torch (and its pins, e.g. ``numpy<2``) to
-the venv first. Environments are cached by the hash of the requirements, the framework pins, the
+the job first. Environments are cached by the hash of the requirements, the framework pins, the
 view and the user's interpreter, prepared once under a file lock (parallel jobs and pytest-xdist
-workers share them); one without requirements or pins costs a ``python -m venv`` once. The hosts'
+workers share them); one without requirements or pins costs a ``python -m venv`` once.
+
+The family's torch is not installed into each environment: it is a *framework layer*
+(``~/.cache/sagemaker-emulator/frameworks/<key>``: ``pip install --target`` of the pins, keyed by
+the pins, the Python release and the machine only), made once per machine and shared by every job
+environment of that family, whichever interpreter or clone made it (PyPI's CUDA builds are 2 to
+5 GB each). A job environment's ``.pth`` puts the layer before the view; its own site-packages
+(what the requirements install) comes first, so a requirement that replaces torch shadows the
+layer, which pip never modifies (it is outside the environment). Environments whose interpreter
+no longer exists (a removed clone's or CI run's venv) are removed when the next one is made. The hosts'
 own ``pip install`` then finds everything installed and needs no network. If the requirements
 fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install fails inside
 the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch cannot be
@@ -27,6 +36,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -43,6 +54,12 @@ if TYPE_CHECKING:
     from ..job.frameworks import Family, Selection
 
 CACHE = cache_dir("envs")
+#: Framework layers: the family's torch and pins, shared by job environments (module docstring).
+LAYERS = cache_dir("frameworks")
+#: Changes when what a framework layer holds changes.
+LAYER_LAYOUT = "1"
+#: A job environment's record of the interpreter that made it (removed once that is gone).
+ORIGIN = ".sagemaker-emulator-origin"
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
 
@@ -64,13 +81,16 @@ if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
     os.environ["_SM_EMULATOR_PIP_LOCKED"] = "1"
 """
 
-def _create(venv: Path, view: Path) -> Path:
+def _create(venv: Path, view: Path, layer: Path | None = None) -> Path:
+    """A new job environment at ``venv`` seeing ``layer`` (the framework's torch), then ``view``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    (venv / ORIGIN).write_text(sys.prefix)
     python = venv / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "_sagemaker_emulator_dlc_view.pth").write_text(f"{view}\n")
+    seen = [str(p) for p in (layer, view) if p is not None]
+    Path(purelib, "_sagemaker_emulator_dlc_view.pth").write_text("".join(f"{p}\n" for p in seen))
     Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
     Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
     # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
@@ -85,7 +105,7 @@ def _create(venv: Path, view: Path) -> Path:
 
 
 #: Changes when what a job environment holds changes (so older cached ones are not reused).
-LAYOUT = b"5"
+LAYOUT = b"6"
 
 
 def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
@@ -144,7 +164,7 @@ def torch_version(python: str) -> str | None:
 
     venv = Path(python).parent.parent
     if Path(python) != Path(sys.executable) and (venv / "pyvenv.cfg").is_file():
-        for dist in metadata.distributions(path=[str(p) for p in venv.glob("lib/python*/site-packages")]):
+        for dist in metadata.distributions(path=_own_folders(venv)):
             if (dist.metadata["Name"] or "").lower() == "torch":
                 return dist.version
     try:
@@ -277,11 +297,9 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
         if (venv / ".ready").exists():
             return str(venv / "bin" / "python"), True
         shutil.rmtree(venv, ignore_errors=True)
-        python = _create(venv, view)
-        if framework and _pip(python, list(framework), log, cwd, env) != 0:
-            shutil.rmtree(venv, ignore_errors=True)
-            raise BackendUnavailable(f"could not install {' '.join(framework)} into the job environment "
-                                     f"(the DLC's torch); pip's output: {log}")
+        _sweep()
+        layer = _layer(framework, log, cwd, env) if framework else None
+        python = _create(venv, view, layer)
         names = watched(framework)
         before = _versions(python, names) if req is not None else {}
         start = log.stat().st_size if log.exists() else 0
@@ -296,4 +314,60 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)
     throwaway = scratch / "jobenv"
-    return str(_create(throwaway, view)), False
+    return str(_create(throwaway, view, _layer(framework, log, cwd, env) if framework else None)), False
+
+
+def _own_folders(venv: Path) -> list[str]:
+    """Where a job environment's own packages are: its site-packages, then its framework layer."""
+    folders = [str(p) for p in venv.glob("lib/python*/site-packages")]
+    for folder in list(folders):
+        pth = Path(folder, "_sagemaker_emulator_dlc_view.pth")
+        if pth.is_file():
+            folders += [line for line in pth.read_text().splitlines()
+                        if line.startswith(str(LAYERS) + os.sep)]
+    return folders
+
+
+def _layer_key(pins: tuple[str, ...]) -> str:
+    data = "\0".join([LAYER_LAYOUT, *pins, sys.implementation.name, f"{sys.version_info[0]}.{sys.version_info[1]}",
+                      platform.machine()])
+    return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def _layer(pins: tuple[str, ...], log: Path, cwd: Path, env: Mapping[str, str] | None) -> Path:
+    """The framework layer holding ``pins`` (module docstring), installed first if needed (pip's
+    output to ``log``). Raises :class:`~emulator.errors.BackendUnavailable` when pip fails."""
+    key = _layer_key(pins)
+    LAYERS.mkdir(parents=True, exist_ok=True)
+    layer, part = LAYERS / key, LAYERS / f"{key}.part"
+    with open(LAYERS / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (layer / ".ready").exists():
+            return layer
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.rmtree(layer, ignore_errors=True)
+        # pip of this interpreter (pip ignores what is installed when given --target).
+        if _pip(Path(sys.executable), ["--target", str(part), *pins], log, cwd, env) != 0:
+            shutil.rmtree(part, ignore_errors=True)
+            raise BackendUnavailable(f"could not install {' '.join(pins)} into the job environment "
+                                     f"(the DLC's torch); pip's output: {log}")
+        (part / ".ready").touch()
+        part.rename(layer)
+    return layer
+
+
+def _sweep() -> None:
+    """Remove job environments whose interpreter is gone (:data:`ORIGIN`; or that have none: an
+    older layout's, unreachable since :data:`LAYOUT` changed), skipping any being prepared."""
+    for venv in CACHE.iterdir():
+        if not venv.is_dir() or venv.name.endswith(".part"):
+            continue
+        origin = venv / ORIGIN
+        if origin.is_file() and Path(origin.read_text().strip()).is_dir():
+            continue
+        with open(CACHE / f"{venv.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being made right now (its origin is written first, a moment after)
+            shutil.rmtree(venv, ignore_errors=True)
