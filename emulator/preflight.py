@@ -37,6 +37,9 @@ import sys
 import threading
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
+from .backends import jobenv
 from .backends.base import Backend
 from .errors import BackendUnavailable, RequestError
 from .inhost import protocol as P
@@ -130,9 +133,7 @@ def undeclared_imports(request: JobRequest) -> list[str]:
 
 def undeclared_warnings(request: JobRequest) -> list[str]:
     """:func:`undeclared_imports` as warnings for people."""
-    selection = request.framework
-    dlc = (f"the PyTorch {selection.dlc_version} DLC" if selection is not None and selection.family is not None
-           else "the PyTorch DLC")
+    dlc = frameworks.dlc_label(request.framework)
     return [f"the source dir imports {module}, which {dlc} does not ship and no requirements.txt of the job names: "
             f"on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the package "
             f"that provides it to {request.source_dir}/requirements.txt" for module in undeclared_imports(request)]
@@ -191,7 +192,7 @@ def _provided_by_requirements(names: set[str]) -> set[str]:
     todo = list(names)
     by_dist = _top_levels()
     while todo:
-        name = _normalise(todo.pop())
+        name = canonicalize_name(todo.pop())
         if name in seen:
             continue
         seen.add(name)
@@ -216,7 +217,7 @@ def _top_levels() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for module, dists in metadata.packages_distributions().items():
         for dist in dists:
-            out.setdefault(_normalise(dist), set()).add(module)
+            out.setdefault(canonicalize_name(dist), set()).add(module)
     return out
 
 
@@ -248,14 +249,7 @@ def imported_modules(source_dir: Path) -> set[str]:
     names: set[str] = set()
     files = sorted(source_dir.rglob("*.py")) if source_dir.is_dir() else []
     for path in files[:MAX_FILES]:
-        try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                continue
-            with _AST_LOCK:
-                tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
-            continue  # a file Python cannot parse fails in the host, as on SageMaker
-        names |= _imports(tree)
+        names |= _file_imports(path)  # a file Python cannot parse fails in the host, as on SageMaker
     return names
 
 
@@ -282,22 +276,20 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(t, ast.Name) and t.id in _OPTIONAL_IMPORT_ERRORS for t in types)
 
 
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _requirements_names(request: JobRequest) -> set[str]:
     """Distribution names a ``requirements.txt`` of the job lists (what the job environment installs)."""
-    path = request.requirements_file or request.source_dir / "requirements.txt"
+    path = jobenv.requirements_of(request.source_dir, request.requirements_file)
+    if path is None:
+        return set()
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return set()
-    names = set()
+    names: set[str] = set()
     for line in lines:
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
         if match and not line.lstrip().startswith("-"):
-            names.add(_normalise(match.group(1)))
+            names.add(canonicalize_name(match.group(1)))
     return names
 
 

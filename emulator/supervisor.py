@@ -285,7 +285,7 @@ class _JobRun:
         try:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
-            if python is not None:  # once per job, before any rank starts
+            if python is not None and number == 0:  # once per job (not again at a spot restart)
                 for note in jobenv.replacement_notes(python):
                     self._say(f"warning: {note}")
                     self.prepare_warnings.append(note)

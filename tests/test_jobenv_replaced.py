@@ -45,16 +45,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _prepare(tmp_path: Path, wheels: Path, requirement: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
-    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "requirements.txt").write_text(f"{requirement}\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
-    python, prepared = jobenv.prepare(src, tmp_path / "scratch", tmp_path / "jobenv.log", env=env,
-                                      framework=("smemu-dlcpkg==1.0",))
-    assert prepared, (tmp_path / "jobenv.log").read_text()
-    return python
+    _empty_caches(tmp_path, monkeypatch)
+    return _env(tmp_path, wheels, "src", requirement)
 
 
 def test_an_upgrade_of_a_dlc_pin_is_said_with_what_pulled_it(tmp_path: Path, wheels: Path,
@@ -89,6 +81,11 @@ def test_the_pip_lock_module_runs_on_its_own() -> None:
 
 
 # -- the framework layer and the cache ---------------------------------------------------------
+def _empty_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
+    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
+
+
 def _env(tmp_path: Path, wheels: Path, name: str, requirement: str | None) -> str:
     src = tmp_path / name
     src.mkdir()
@@ -108,8 +105,7 @@ def _imported(python: str, module: str) -> str:
 
 def test_job_environments_of_one_family_share_one_framework_layer(tmp_path: Path, wheels: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
-    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
+    _empty_caches(tmp_path, monkeypatch)
     plain = _env(tmp_path, wheels, "plain", None)
     fine = _env(tmp_path, wheels, "fine", "smemu-fine")
     assert plain != fine
@@ -127,8 +123,7 @@ def test_an_environment_whose_interpreter_is_gone_is_removed_when_the_next_is_ma
         tmp_path: Path, wheels: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fcntl
 
-    monkeypatch.setattr(jobenv, "CACHE", tmp_path / "envs")
-    monkeypatch.setattr(jobenv, "LAYERS", tmp_path / "frameworks")
+    _empty_caches(tmp_path, monkeypatch)
     kept = Path(_env(tmp_path, wheels, "kept", None)).parent.parent
     gone = Path(_env(tmp_path, wheels, "gone", "smemu-fine")).parent.parent
     (gone / jobenv.ORIGIN).write_text(str(tmp_path / "a-removed-clone" / ".nox" / "tests"))

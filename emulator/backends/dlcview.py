@@ -37,13 +37,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import site
 import sys
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
 
 from ..cache import cache_dir
 
@@ -68,8 +69,8 @@ def site_paths() -> list[str]:
 
 
 def canonical(name: str) -> str:
-    """A distribution name as PEP 503 normalises it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """A distribution name as PEP 503 normalises it (packaging's, typed as a plain ``str``)."""
+    return str(canonicalize_name(name))
 
 
 def _family_key(fam: Family | None) -> str:
@@ -95,7 +96,7 @@ def _roots(fam: Family | None, caller_torch: str | None) -> tuple[set[str], bool
     """Root distributions and whether the caller's torch may be seen."""
     from ..job import frameworks
 
-    packages = fam.packages if fam is not None else frameworks.DLC_PACKAGES_2_11
+    packages = frameworks.dlc_packages(fam)
     torch_ok = caller_torch is not None and (fam is None or caller_torch.split("+")[0] == fam.torch.split("+")[0])
     roots = {canonical(n) for n in (*packages, *HOST_NEEDS)}
     if torch_ok:

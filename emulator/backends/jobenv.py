@@ -46,6 +46,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from ..cache import cache_dir
 from ..errors import BackendUnavailable
 from . import dlcview
@@ -188,18 +191,13 @@ _ALWAYS_WATCHED = ("torch", "numpy", "torchvision", "torchaudio", "sagemaker-tra
 
 
 def _dist_name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else ""
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def watched(framework: tuple[str, ...]) -> tuple[str, ...]:
     """Distributions whose replacement by the requirements is reported: the DLC's pins."""
-    from ..job import frameworks
-
-    names = [*_ALWAYS_WATCHED, *(_dist_name(r) for r in framework)]
-    for fam in frameworks.FAMILIES:
-        if framework and fam.requirement == framework[0]:
-            names += fam.packages
+    fam = family_of(framework)
+    names = [*_ALWAYS_WATCHED, *(_dist_name(r) for r in framework), *(fam.packages if fam is not None else ())]
     return tuple(dict.fromkeys(n for n in names if n))
 
 
@@ -314,7 +312,7 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)
     throwaway = scratch / "jobenv"
-    return str(_create(throwaway, view, _layer(framework, log, cwd, env) if framework else None)), False
+    return str(_create(throwaway, view, layer)), False
 
 
 def _own_folders(venv: Path) -> list[str]:
@@ -360,7 +358,7 @@ def _sweep() -> None:
     """Remove job environments whose interpreter is gone (:data:`ORIGIN`; or that have none: an
     older layout's, unreachable since :data:`LAYOUT` changed), skipping any being prepared."""
     for venv in CACHE.iterdir():
-        if not venv.is_dir() or venv.name.endswith(".part"):
+        if not venv.is_dir():
             continue
         origin = venv / ORIGIN
         if origin.is_file() and Path(origin.read_text().strip()).is_dir():

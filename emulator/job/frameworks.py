@@ -25,11 +25,11 @@ AWS documents them. What is not, and is recorded as a deviation per job (:attr:`
 - The DLC's other packages: each family records what its DLC ships (:attr:`Family.packages`,
   pip distribution names, from the sources below). The preflight warns when the source imports a
   top-level package neither that list nor ``requirements.txt`` provides, and a rank's
-  ``ModuleNotFoundError`` for such a package gets an ``[emulator]`` hint. What the emulator's
-  images and job environments actually install is a CPU-installable subset
-  (:data:`CPU_INSTALLABLE`); the rest (:data:`NOT_EMULATED`: horovod, smdebug, the real
-  ``smdistributed``, AWS's DeepSpeed/apex/transformer-engine builds, conda's mkl, DGL, ...) is
-  not; the in-host package provides the ``smdistributed`` stand-in.
+  ``ModuleNotFoundError`` for such a package gets an ``[emulator]`` hint. What hosts really have:
+  the image's ``docker/requirements.txt`` (docker backend), or the DLC view of what is installed
+  on this machine (process backend, :mod:`emulator.backends.dlcview`); :data:`NOT_EMULATED`
+  (horovod, smdebug, the real ``smdistributed``, AWS's DeepSpeed/apex/transformer-engine builds,
+  conda's mkl, DGL, ...) never; the in-host package provides the ``smdistributed`` stand-in.
 
 Sources (read 2026-11):
 
@@ -65,6 +65,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from packaging.utils import canonicalize_name
 
 from ..errors import RequestError
 
@@ -120,13 +122,6 @@ DLC_PACKAGES_2_11 = (
     "plotly", "shap", "seaborn", "cloudpickle", "s3fs", "aiohttp", "tornado", "cryptography", "pyasn1",
     "numpy",
 )
-#: The DLC packages the emulator can install on the CPU from PyPI (wheels, no GPU build).
-CPU_INSTALLABLE = frozenset({
-    "torchvision", "torchaudio", "torchdata", "scikit-learn", "pandas", "opencv-python", "seaborn",
-    "plotly", "shap", "numba", "bokeh", "imageio", "scipy", "numpy", "mpi4py", "boto3", "botocore",
-    "pyyaml", "requests", "pillow", "psutil", "packaging", "click", "tqdm", "cloudpickle", "protobuf",
-    "sagemaker-training", "sagemaker-pytorch-training",
-})
 #: DLC packages the emulator never installs, and why (README "What is and is not emulated").
 NOT_EMULATED = {
     "horovod": "built from source against the DLC's CUDA torch and NCCL",
@@ -151,7 +146,7 @@ IMPORT_NAMES = {
 
 def import_name(distribution: str) -> str:
     """The top-level module a pip distribution provides (a table of known ones, else ``-`` -> ``_``)."""
-    dist = re.sub(r"[-_.]+", "-", distribution).lower()
+    dist = canonicalize_name(distribution)
     return IMPORT_NAMES.get(dist, dist.replace("-", "_"))
 
 
@@ -169,11 +164,22 @@ DLC_DEPENDENCY_MODULES = frozenset({
 })
 
 
+def dlc_packages(fam: Family | None) -> tuple[str, ...]:
+    """What ``fam``'s DLC ships (None: ``current``, the newest DLC's list)."""
+    return fam.packages if fam is not None else DLC_PACKAGES_2_11
+
+
 def dlc_modules(fam: Family | None) -> frozenset[str]:
     """Top-level modules a job on ``fam``'s DLC imports without a ``requirements.txt`` (None:
     ``current``, the newest DLC's list)."""
-    packages = fam.packages if fam is not None else DLC_PACKAGES_2_11
-    return frozenset(import_name(d) for d in packages) | DLC_DEPENDENCY_MODULES
+    return frozenset(import_name(d) for d in dlc_packages(fam)) | DLC_DEPENDENCY_MODULES
+
+
+def dlc_label(selection: Selection | None) -> str:
+    """The DLC that messages name: ``the PyTorch 2.2.0 DLC`` (no family: ``the PyTorch DLC``)."""
+    if selection is not None and selection.family is not None:
+        return f"the PyTorch {selection.dlc_version} DLC"
+    return "the PyTorch DLC"
 
 
 @dataclass(frozen=True)

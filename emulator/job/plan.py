@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..inhost import protocol as P
+from . import frameworks
 from . import toolkit_model as tk
 from .distribution import Runner
 from .instance_types import InstanceType
@@ -160,14 +161,6 @@ def inhost_paths(runtime: Runtime, itype: InstanceType) -> dict[str, str]:
             "PYTHONPATH": ":".join(f"{root}/{s}" for s in sites)}
 
 
-def _dlc_label(request: JobRequest) -> str:
-    """The DLC a rank's missing-module hint names (``EMULATOR_DLC``)."""
-    selection = request.framework
-    if selection is not None and selection.family is not None:
-        return f"the PyTorch {selection.dlc_version} DLC"
-    return "the PyTorch DLC"
-
-
 def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, str]) -> dict[str, str]:
     """The environment every host's PID 1 starts with (see the module docstring); ``PATH`` and
     ``PYTHONPATH`` are those of the first group's type (:func:`inhost_paths`; ``build`` sets them
@@ -175,7 +168,7 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
     env = dict(runtime.base_env)
     env.update(DLC_ENV)
     env.update({**inhost_paths(runtime, request.instance_groups[0].type), "TMPDIR": "/tmp",
-                P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR, P.ENV_DLC: _dlc_label(request)})
+                P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR, P.ENV_DLC: frameworks.dlc_label(request.framework)})
     selection = request.framework
     if selection is not None and selection.family is not None:
         env[P.ENV_DLC_TORCH] = selection.family.torch

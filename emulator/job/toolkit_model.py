@@ -85,13 +85,11 @@ def cmd_args(hps: Mapping[str, Any]) -> list[str]:
 class Hyperparameters:
     """A job's hyperparameters as the toolkit reads them, decoded once (:meth:`of`).
 
-    ``wire`` keeps what the SDK sends (every value a JSON string; ``hyperparameters.json`` is
-    written from it unchanged); the other fields are the toolkit's decoded view of it: each value
+    The toolkit's decoded view of what the SDK sends (every value a JSON string): each value
     ``json.loads``-ed, else the raw string (TK ``environment.read_hyperparameters``), split into
     the user's hyperparameters and the additional framework parameters (TK ``environment.py``).
     """
 
-    wire: Mapping[str, str]
     #: Every value, decoded.
     values: Mapping[str, Any]
     #: The user's hyperparameters (not ``sagemaker_*``, not the toolkit's own).
@@ -105,7 +103,7 @@ class Hyperparameters:
         if isinstance(wire, Hyperparameters):
             return wire
         values = {k: decode(v) for k, v in wire.items()}
-        return cls(wire=dict(wire), values=values,
+        return cls(values=values,
                    user={k: v for k, v in values.items() if k not in TOOLKIT_HPS and not k.startswith("sagemaker_")},
                    framework={k: v for k, v in values.items() if k.startswith("sagemaker_") and k not in TOOLKIT_HPS})
 
@@ -118,12 +116,6 @@ class Hyperparameters:
     def runner(self) -> Runner:
         """The PyTorch toolkit's runner for a host in the distribution group (PTK ``training.py``)."""
         return runner_of(self.values)
-
-
-def split_hyperparameters(raw: Mapping[str, str] | Hyperparameters) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(user hyperparameters, additional framework parameters), both decoded."""
-    view = Hyperparameters.of(raw)
-    return dict(view.user), dict(view.framework)
 
 
 def distribution_groups(rc: Mapping[str, Any], framework: Mapping[str, Any]) -> list[str]:

@@ -49,7 +49,6 @@ from .names import (
     DEFAULT_IMAGE,
     LABEL_HOST,
     LABEL_JOB,
-    LABEL_SCRATCH,
     container_name,
     job_labels,
     network_name,
@@ -92,7 +91,7 @@ def resolve_image(image: str | None) -> str:
 
 def engine_error(what: str, e: BaseException) -> BackendUnavailable:
     """A clear error for an engine call that failed before the job started (exit status 3)."""
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    where = engine.endpoint()
     detail = getattr(e, "explanation", None) or str(e)
     return BackendUnavailable(
         f"the docker engine at {where} could not {what} ({e.__class__.__name__}: {detail}); check that the "
@@ -267,7 +266,6 @@ class DockerJob:
         #: copy mode: the spec whose writable mounts are copied back at teardown (None: bind mode)
         self._copy_spec = spec if spec is not None and files.spec_files(spec) == files.COPY else None
         self._diag_sync: files.DiagSync | None = None
-        self.copy_problems: list[str] = []
         self.hosts: dict[str, DockerHost] = {}
         self._client = client
         self._network = network
@@ -343,7 +341,10 @@ class DockerJob:
             h = self.hosts.get(launch.name)
             if h is None or not h.started:  # never started: it holds only what was put in
                 continue
-            self.copy_problems += [f"{launch.name} {p}" for p in files.get_outputs(h.container, launch)]
+            problems = files.get_outputs(h.container, launch.mounts)
+            if problems:  # said where the host's output is read (its log), as the hosts' own lines
+                with open(h.log_path, "a") as log:
+                    log.writelines(f"[emulator] could not copy {p} out of the container\n" for p in problems)
             files.hand_back([m.source for m in launch.mounts if not m.read_only], self._owner)
 
     def _stop(self, grace: float) -> None:
@@ -492,7 +493,7 @@ class DockerBackend:
         etc_hosts = hosts_file(addresses)
         diag = Mount(scratch / "diagnostics", P.DIAG_DIR)
         inhost = Mount(_inhost_source(), INHOST_ROOT, read_only=True)
-        probe_labels = {LABEL_JOB: job_id, LABEL_SCRATCH: str(scratch), **owner_labels()}
+        probe_labels = {LABEL_JOB: job_id, **job_labels(scratch)}
         mode, why = files.files_mode(client, image if job_image.built else None, probe_labels, [
             inhost, diag, *extra_mounts,
             *(m for host in plan.hosts for m in host_mounts(plan, host.name))])
@@ -521,7 +522,7 @@ class DockerBackend:
     def start(self, spec: LaunchSpec) -> DockerJob:
         global _ATEXIT_REGISTERED
         client = engine.client(API_TIMEOUT)
-        labels = {LABEL_JOB: spec.job_id, LABEL_SCRATCH: str(spec.scratch), **owner_labels()}
+        labels = {LABEL_JOB: spec.job_id, **job_labels(spec.scratch)}
         for h in spec.hosts:
             hosts = spec.scratch / h.name / "hosts"
             hosts.parent.mkdir(parents=True, exist_ok=True)
@@ -550,7 +551,7 @@ class DockerBackend:
                 step = f"copy the files of {h.name} into its container"
                 container.put_archive("/", keys)
                 if copy:
-                    files.put_inputs(container, h)
+                    files.put_inputs(container, h.mounts)
             for dh in handle.hosts.values():
                 step = f"start the container of {dh.name}"
                 Path(dh.log_path).parent.mkdir(parents=True, exist_ok=True)

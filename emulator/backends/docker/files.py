@@ -257,11 +257,10 @@ def inputs_archive(mounts: Iterable[Mount], fileobj: IO[bytes] | None = None) ->
     return buf.getvalue() if isinstance(buf, io.BytesIO) else b""
 
 
-def put_inputs(container: Any, host: HostLaunch) -> None:
-    """Copy ``host``'s mounts (but ``/etc/hosts``, see :func:`extra_hosts`) into its created container."""
-    mounts = [m for m in host.mounts if m.target != "/etc/hosts"]
+def put_inputs(container: Any, mounts: Sequence[Mount]) -> None:
+    """Copy a host's ``mounts`` (but ``/etc/hosts``, see :func:`extra_hosts`) into its created container."""
     with tempfile.TemporaryFile() as spool:  # channels may be large: stream the tar from disk
-        inputs_archive(mounts, spool)
+        inputs_archive([m for m in mounts if m.target != "/etc/hosts"], spool)
         spool.seek(0)
         container.put_archive("/", spool)
 
@@ -297,13 +296,13 @@ def _members(tar: tarfile.TarFile, top: str, skip: Sequence[str]) -> Iterator[ta
         yield info
 
 
-def get_outputs(container: Any, host: HostLaunch) -> list[str]:
+def get_outputs(container: Any, mounts: Sequence[Mount]) -> list[str]:
     """Copy every writable mount's target out of ``container`` into its source folder here, as a
     bind mount would have left it (read-only mounts nested in it are skipped; files keep their
     mode, are owned by whoever runs this). Returns problems (empty: all copied)."""
     problems = []
-    read_only = [m.target for m in host.mounts if m.read_only]
-    for m in host.mounts:
+    read_only = [m.target for m in mounts if m.read_only]
+    for m in mounts:
         if m.read_only:
             continue
         skip = [rel for rel in (_nested(t, m.target) for t in read_only) if rel]

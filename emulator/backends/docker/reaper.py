@@ -75,17 +75,23 @@ def _created(attrs: Mapping[str, Any]) -> float:
     return stamp + float("0." + (m.group(2) or "0"))
 
 
+def _owner_dead(labels_: Mapping[str, str]) -> bool:
+    """Whether the emulator process that ``labels_`` name (``owner-*``) is gone: False for another
+    machine's, True for an unreadable pid."""
+    if labels_.get(LABEL_OWNER_HOST) != socket.gethostname():
+        return False
+    try:
+        pid = int(labels_.get(LABEL_OWNER_PID, ""))
+    except ValueError:
+        return True
+    start = labels_.get(LABEL_OWNER_START) or ""
+    return not P.pid_alive(pid, int(start) if start.isdigit() else None)
+
+
 def owner_gone(name: str, labels_: Mapping[str, str], attrs: Mapping[str, Any]) -> bool:
     """Whether the process that started helper container ``name`` no longer exists."""
     if LABEL_OWNER_PID in labels_:
-        if labels_.get(LABEL_OWNER_HOST) != socket.gethostname():
-            return False
-        try:
-            pid = int(labels_[LABEL_OWNER_PID])
-        except ValueError:
-            return True
-        start = labels_.get(LABEL_OWNER_START) or ""
-        return not P.pid_alive(pid, int(start) if start.isdigit() else None)
+        return _owner_dead(labels_)
     m = BUILD_NAME.match(name)
     if m is None:
         return False  # not ours to judge
@@ -122,17 +128,7 @@ def reap_jobs(*, owner: tuple[int, int] | None = None) -> list[str]:
     """
     client = engine.client()
     owner = owner if owner is not None else (os.getuid(), os.getgid())
-    me = socket.gethostname()
-
-    def dead(lab: Mapping[str, str]) -> bool:
-        if lab.get(LABEL_OWNER_HOST) != me:
-            return False
-        try:
-            pid = int(lab.get(LABEL_OWNER_PID, ""))
-        except ValueError:
-            return True
-        start = lab.get(LABEL_OWNER_START) or ""
-        return not P.pid_alive(pid, int(start) if start.isdigit() else None)
+    dead = _owner_dead
 
     stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})
              if dead(c.labels)]

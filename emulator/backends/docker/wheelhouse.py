@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ...cache import cache_dir
 from ...inhost.protocol import CODE_DIR
-from ..base import HostLaunch, Mount
+from ..base import Mount
 from . import engine, files
 from . import reaper as helpers
 
@@ -103,15 +103,13 @@ def _resolve(requirements: Path, image: str, out: Path, name: str) -> None:
     copy = mode == files.COPY
     volumes = {} if copy else {str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
                                for m in mounts}
-    host = HostLaunch(name=name, address="", command=(), env={}, workdir="/", mounts=tuple(mounts),
-                      hosts_file="", log_path=out / "resolver.log", argv=())
     status, stdout, stderr = engine.run_helper(
         image, ["/tmp/sm-emulator-resolver.py", f"{CODE_DIR}/{requirements.name}", "/out",
                 str(os.getuid()), str(os.getgid())],
         name=name, labels=labels, entrypoint="python", network="bridge",
         volumes=volumes, environment=environment, timeout=RESOLVE_TIMEOUT,
-        before_start=(lambda c: files.put_inputs(c, host)) if copy else None,
-        after_end=(lambda c: files.get_outputs(c, host)) if copy else None)
+        before_start=(lambda c: files.put_inputs(c, mounts)) if copy else None,
+        after_end=(lambda c: files.get_outputs(c, mounts)) if copy else None)
     if not (out / "result.json").is_file():
         why = "timed out" if status is None else (stderr or stdout).strip()[-2000:]
         (out / "result.json").write_text(json.dumps(

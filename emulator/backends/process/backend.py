@@ -380,7 +380,7 @@ class ProcessBackend:
             partial = HostLaunch(name=host.name, address=addresses[host.name], command=tuple(host.command),
                                  env=env, workdir=P.CODE_DIR, mounts=mounts, hosts_file=etc_hosts,
                                  log_path=logs / f"{host.name}{RAW_SUFFIX}", argv=())
-            argv = bwrap_argv(partial, scratch)
+            argv = bwrap_argv(partial, scratch, python=plan.runtime.python)
             launches.append(HostLaunch(**{**partial.__dict__, "argv": tuple(argv)}))
         return LaunchSpec(backend=self.name, job_id=job_id, subnet=P.JOB_SUBNET, hosts=tuple(launches),
                           scratch=scratch, options={"python": plan.runtime.python, "user_namespace": os.geteuid() != 0,
@@ -583,7 +583,7 @@ def _site_lines(folder: str) -> list[str]:
     return out
 
 
-def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
+def needed_paths(host: HostLaunch, python: str | None = None) -> tuple[list[str], list[str]]:
     """What of this machine outside the system folders a host needs, as ``(read_only, writable)``:
     the interpreter of the job (``host.command[0]``, or the ``python3`` the host's ``PATH`` finds when
     the command is a container entrypoint such as SDK v3's ``/bin/bash -c …``) with its prefixes, site folders and what
@@ -595,9 +595,7 @@ def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
     interpreter's folders inside one); paths under ``/tmp`` are passed by :func:`_tmp_passthrough`."""
     import site
 
-    python = host.command[0] if host.command else sys.executable
-    if not Path(python).name.startswith("python"):  # a ContainerEntrypoint (SDK v3: /bin/bash -c …):
-        python = shutil.which("python3", path=host.env.get("PATH", "")) or python  # the one its PATH runs
+    python = python or _interpreter(host)
     writable: list[str] = []
     candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(INHOST_ROOT),
                   *site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
@@ -639,10 +637,11 @@ def needed_paths(host: HostLaunch) -> tuple[list[str], list[str]]:
     return ro, rw
 
 
-def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
-    """The command line that makes ``host`` (see the module docstring). Pure: the files it names
-    under ``scratch`` (``<host>/hosts``, ``hostname``, ``environment``; the ssh material) are
-    written by ``start``."""
+def bwrap_argv(host: HostLaunch, scratch: Path, *, python: str | None = None) -> list[str]:
+    """The command line that makes ``host`` (see the module docstring), whose interpreter is
+    ``python`` (the plan's; default: guessed from the command). Pure: the files it names under
+    ``scratch`` (``<host>/hosts``, ``hostname``, ``environment``; the ssh material) are written by
+    ``start``."""
     etc = scratch / host.name
     # The network namespace comes from unshare, not bwrap: bwrap's own loopback set-up
     # (RTM_NEWADDR) fails now and then when many hosts start at once; the agent sets lo up.
@@ -650,12 +649,12 @@ def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
             "--unshare-ipc", "--hostname", host.name, "--die-with-parent", "--as-pid-1",
             "--bind", str(etc / "hosts"), "/etc/hosts", "--bind", str(etc / "hostname"), "/etc/hostname",
             "--info-fd", "{INFO_FD}", "--block-fd", "{BLOCK_FD}"]
-    read_only, writable = needed_paths(host)
+    read_only, writable = needed_paths(host, python)
     for path in read_only:
         argv += ["--ro-bind", path, path]
     for path in writable:
         argv += ["--bind", path, path]
-    for keep in _tmp_passthrough(host):
+    for keep in _tmp_passthrough(host, python):
         argv += ["--dev-bind", keep, keep]
     if Path("/etc/environment").is_file():
         argv += ["--bind", str(etc / "environment"), "/etc/environment"]
@@ -667,12 +666,21 @@ def bwrap_argv(host: HostLaunch, scratch: Path) -> list[str]:
     return argv
 
 
-def _tmp_passthrough(host: HostLaunch) -> list[str]:
+def _interpreter(host: HostLaunch) -> str:
+    """The interpreter ``host`` runs when the plan does not say (:func:`needed_paths`): its command's,
+    or for a container entrypoint (SDK v3: ``/bin/bash -c …``) the ``python3`` its ``PATH`` finds."""
+    python = host.command[0] if host.command else sys.executable
+    if not Path(python).name.startswith("python"):
+        python = shutil.which("python3", path=host.env.get("PATH", "")) or python
+    return python
+
+
+def _tmp_passthrough(host: HostLaunch, python: str | None = None) -> list[str]:
     """Top-level ``/tmp/*`` folders the host needs although its ``/tmp`` is private: the
     interpreter, its packages, and what ``PATH``/``PYTHONPATH`` name (e.g. a venv or a clone
     that lives under ``/tmp``)."""
     tmp = os.path.realpath("/tmp")
-    candidates = [*sys.path, sys.prefix, sys.base_prefix, host.command[0] if host.command else "",
+    candidates = [*sys.path, sys.prefix, sys.base_prefix, python or _interpreter(host),
                   *host.env.get("PATH", "").split(":"), *host.env.get("PYTHONPATH", "").split(":")]
     keep: set[str] = set()
     for path in candidates:
