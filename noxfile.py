@@ -38,20 +38,21 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (process backend, docker backend where an engine runs).
 
     Default: 2 workers, modules that share one expensive fixture on one worker (``xdist_group``),
-    and the example-matrix scenarios ``nox -s emulate`` runs left out (``-m matrix`` runs them)."""
+    the example-matrix scenarios ``nox -s emulate`` runs left out (``-m matrix`` runs them), and
+    the 30 slowest tests listed at the end (where the suite's time goes)."""
     _install(session)
     session.run("python", "-m", "pytest",
                 *(session.posargs or ["-n", "2", "--dist", "loadgroup", "-m", "not matrix and not families",
-                                      "-q", "-ra"]))
+                                      "-q", "-ra", "--durations=30"]))
 
 
 @nox.session
 def families(session: nox.Session) -> None:
     """A 2-host smoke test per framework family on the process backend (tests/test_families.py).
 
-    Each family installs its DLC's torch from PyPI into a cached job environment: a CUDA build
-    with its nvidia-* wheels (torch 2.2.0: 2.8 GB to download, 4.9 GB on disk), so it is not
-    part of ``tests``. ``EMULATOR_TEST_FAMILIES=all`` (or ``2.1,2.3``) selects other families."""
+    Each family installs its DLC's torch from PyPI into its framework layer, once per machine: a
+    CUDA build with its nvidia-* wheels (torch 2.2.0: 2.8 GB to download, 4.9 GB on disk), so it is
+    not part of ``tests``. ``EMULATOR_TEST_FAMILIES=all`` (or ``2.1,2.3``) selects other families."""
     _install(session)
     session.run("python", "-m", "pytest", *(session.posargs or ["-m", "families", "-q", "-ra",
                                                                 "tests/test_families.py"]))

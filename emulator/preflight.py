@@ -37,8 +37,6 @@ import sys
 import threading
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
 from .backends import jobenv
 from .backends.base import Backend
 from .errors import BackendUnavailable, RequestError
@@ -192,7 +190,7 @@ def _provided_by_requirements(names: set[str]) -> set[str]:
     todo = list(names)
     by_dist = _top_levels()
     while todo:
-        name = canonicalize_name(todo.pop())
+        name = frameworks.canonical_name(todo.pop())
         if name in seen:
             continue
         seen.add(name)
@@ -217,7 +215,7 @@ def _top_levels() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for module, dists in metadata.packages_distributions().items():
         for dist in dists:
-            out.setdefault(canonicalize_name(dist), set()).add(module)
+            out.setdefault(frameworks.canonical_name(dist), set()).add(module)
     return out
 
 
@@ -289,7 +287,7 @@ def _requirements_names(request: JobRequest) -> set[str]:
     for line in lines:
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
         if match and not line.lstrip().startswith("-"):
-            names.add(canonicalize_name(match.group(1)))
+            names.add(frameworks.canonical_name(match.group(1)))
     return names
 
 

@@ -44,9 +44,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.utils import canonicalize_name
-
 from ..cache import cache_dir
+from ..job.frameworks import canonical_name as canonical
 
 if TYPE_CHECKING:
     from ..job.frameworks import Family
@@ -66,11 +65,6 @@ def site_paths() -> list[str]:
     if isinstance(user, str) and os.path.isdir(user):
         paths.append(user)
     return paths
-
-
-def canonical(name: str) -> str:
-    """A distribution name as PEP 503 normalises it (packaging's, typed as a plain ``str``)."""
-    return str(canonicalize_name(name))
 
 
 def _family_key(fam: Family | None) -> str:

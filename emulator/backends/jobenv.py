@@ -46,11 +46,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 from ..cache import cache_dir
 from ..errors import BackendUnavailable
+from ..job.frameworks import canonical_name
 from . import dlcview
 
 if TYPE_CHECKING:
@@ -191,7 +189,9 @@ _ALWAYS_WATCHED = ("torch", "numpy", "torchvision", "torchaudio", "sagemaker-tra
 
 
 def _dist_name(requirement: str) -> str:
-    return canonicalize_name(Requirement(requirement).name)
+    from packaging.requirements import Requirement  # when used: see frameworks.canonical_name
+
+    return canonical_name(Requirement(requirement).name)
 
 
 def watched(framework: tuple[str, ...]) -> tuple[str, ...]:

@@ -66,8 +66,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from packaging.utils import canonicalize_name
-
 from ..errors import RequestError
 
 #: ``framework_version="current"``: this machine's torch (process) / the default image (docker).
@@ -144,9 +142,16 @@ IMPORT_NAMES = {
 }
 
 
+def canonical_name(name: str) -> str:
+    """A distribution name as PEP 503 normalises it (``packaging.utils.canonicalize_name``'s rule,
+    written here because what runs up to the preflight needs only the standard library: a DLC's
+    Python, a bare venv)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def import_name(distribution: str) -> str:
     """The top-level module a pip distribution provides (a table of known ones, else ``-`` -> ``_``)."""
-    dist = canonicalize_name(distribution)
+    dist = canonical_name(distribution)
     return IMPORT_NAMES.get(dist, dist.replace("-", "_"))
 
 
