@@ -61,6 +61,8 @@ LAYERS = cache_dir("frameworks")
 LAYER_LAYOUT = "1"
 #: A job environment's record of the interpreter that made it (removed once that is gone).
 ORIGIN = ".sagemaker-emulator-origin"
+#: A job environment's ``.pth`` naming what it sees after its own site-packages: the layer, the view.
+PTH = "_sagemaker_emulator_dlc_view.pth"
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
 
@@ -91,7 +93,7 @@ def _create(venv: Path, view: Path, layer: Path | None = None) -> Path:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
     seen = [str(p) for p in (layer, view) if p is not None]
-    Path(purelib, "_sagemaker_emulator_dlc_view.pth").write_text("".join(f"{p}\n" for p in seen))
+    Path(purelib, PTH).write_text("".join(f"{p}\n" for p in seen))
     Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
     Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
     # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
@@ -319,7 +321,7 @@ def _own_folders(venv: Path) -> list[str]:
     """Where a job environment's own packages are: its site-packages, then its framework layer."""
     folders = [str(p) for p in venv.glob("lib/python*/site-packages")]
     for folder in list(folders):
-        pth = Path(folder, "_sagemaker_emulator_dlc_view.pth")
+        pth = Path(folder, PTH)
         if pth.is_file():
             folders += [line for line in pth.read_text().splitlines()
                         if line.startswith(str(LAYERS) + os.sep)]
