@@ -1,52 +1,46 @@
 """Checks that need the backend, made before any host starts (``run`` and ``plan`` both call them).
 
-:func:`check` raises before anything is written or started:
-
-- :class:`~emulator.errors.RequestError` for a ``CheckpointConfig.LocalPath`` the backend cannot
-  give the hosts (see :func:`checkpoint_path`);
-- :class:`MissingPackage` when the emulator's own Python lacks ``mpi4py`` for an MPI-family job
-  (process backend): the toolkit starts every rank as ``python -m mpi4py <entry point>``, and
-  every PyTorch DLC ships mpi4py, so this is the emulator's installation, not the job's (the
-  message never advises installing into the caller's Python for the job's sake: it names the
-  emulator's ``mpi`` extra and the docker backend).
-
+:func:`check` raises before anything is written or started: :class:`~emulator.errors.RequestError`
+for a ``CheckpointConfig.LocalPath`` the backend cannot give the hosts (see :func:`checkpoint_path`);
 and returns warnings (printed before start, kept in ``job.json``):
 
-- :func:`undeclared_imports`: top-level packages a ``.py`` file of the source dir imports
-  unconditionally that neither the framework family's DLC ships
-  (:func:`emulator.job.frameworks.dlc_modules`) nor the job's ``requirements.txt`` names. On SageMaker
-  such a job dies at the import (``ModuleNotFoundError``); e.g. Lightning, which no PyTorch DLC
-  ships. Found by reading the files (``ast``, nothing is run): imports inside a ``try`` that
-  handles ``ImportError``/``ModuleNotFoundError``/``Exception`` are optional and not counted;
-  modules of the source dir itself and the standard library are not counted. Not caught:
-  imports made through ``importlib``/``__import__``, by installed packages, or in files outside
-  the source dir; a requirement whose import name differs from its distribution name and is not
-  in :data:`emulator.job.frameworks.IMPORT_NAMES` counts only through this machine's metadata of it.
-- Not checked: SDK v3 jobs with a container command (the request's command runs, not the
-  toolkit's runners).
+- :func:`mpi_warnings`: an MPI-family job (``mpi``, ``smdistributed``, ``pytorchddp``) on an image
+  that does not ship mpi4py (AWS's files: the 2.11+ GPU images, 1.12 CPU) and a ``requirements.txt``
+  that does not add it: the toolkit starts every rank as ``python -m mpi4py``, which fails there.
+
+:func:`package_warnings` needs the job's world (:class:`~emulator.backends.base.World`: what the DLC
+image's packages provide as installed here, and what the job's ``requirements.txt`` installed, read
+from the installed files), so ``run`` calls it once the job's Python is prepared, still before any
+host starts (``plan``: when the backend has it already). For each top-level package a ``.py`` file of
+the source dir imports unconditionally (:func:`reachable_imports`; ``ast``, nothing is run; imports
+inside a ``try`` that handles ``ImportError``/``ModuleNotFoundError``/``Exception`` are optional):
+
+- neither the DLC nor the requirements provide it: on SageMaker every rank fails at that import
+  (e.g. Lightning, which no PyTorch DLC ships);
+- the DLC ships it but the emulator does not install it here (:attr:`emulator.job.dlc.Image.gaps`):
+  the job imports it on SageMaker; the emulator says that this is its own gap.
+
+Not caught: imports made through ``importlib``/``__import__``, by installed packages, or in files
+outside the source dir. Not checked: SDK v3 jobs with a container command (the request's command runs,
+not the toolkit's runners).
 """
 
 from __future__ import annotations
 
 import ast
-import json
-import os
 import re
-import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from .backends import jobenv
-from .backends.base import Backend
-from .errors import BackendUnavailable, RequestError
+from .backends.base import Backend, World
+from .errors import RequestError
 from .inhost import protocol as P
-from .job import frameworks
+from .job import dlc, frameworks
 from .job.distribution import runner_for
 from .job.request import JobRequest
 
-#: The emulator's extra that brings mpi4py (pyproject.toml ``[project.optional-dependencies]``).
-MPI_EXTRA = "sagemaker-emulator[mpi]"
 #: The source files read for imports (a source dir with more is read up to these limits).
 MAX_FILES = 500
 MAX_FILE_BYTES = 1 << 20
@@ -57,19 +51,11 @@ SYSTEM_PATHS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib",
 _OPTIONAL_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
-class MissingPackage(BackendUnavailable):
-    """The emulator's Python lacks a package every DLC has (see the module docstring)."""
-
-
 def check(request: JobRequest, backend: Backend) -> list[str]:
-    """Every pre-start check for ``request`` on ``backend`` (reads only); returns warnings."""
+    """Every pre-start check for ``request`` on ``backend`` that needs no prepared Python (reads
+    only); returns warnings. :func:`package_warnings` comes once the job's world is known."""
     checkpoint_path(request, backend)
-    python = backend.job_python(request)
-    if python is not None:
-        missing = missing_packages(request, python)
-        if missing:
-            raise MissingPackage(describe_missing(missing, python))
-    return undeclared_warnings(request)
+    return mpi_warnings(request)
 
 
 # -- checkpoint path ------------------------------------------------------------------------------
@@ -103,38 +89,45 @@ def checkpoint_path(request: JobRequest, backend: Backend) -> None:
 
 
 # -- packages in the job's Python -----------------------------------------------------------------
-def missing_packages(request: JobRequest, python: str) -> list[str]:
-    """``["mpi4py"]`` when the job is of the MPI family and ``python`` (the job's interpreter, or
-    this one while its job environment is not built) cannot import it; else empty."""
+def mpi_warnings(request: JobRequest) -> list[str]:
+    """The warning for an MPI-family job whose image lacks mpi4py (see the module docstring)."""
     if request.container_command or runner_for(request.hyperparameters) not in ("mpi", "smdataparallel"):
         return []
-    if "mpi4py" in _requirements_names(request):
+    image = request.dlc_image
+    if "mpi4py" in image.distributions or "mpi4py" in _requirements_names(request):
         return []
-    interpreter = python if Path(python).exists() else sys.executable
-    return [] if importable(interpreter, ["mpi4py"]).get("mpi4py", False) else ["mpi4py"]
+    return [f"this MPI-family job starts every rank as `python -m mpi4py`, and {image.label} does not ship mpi4py "
+            f"({image.source}) nor does the job's requirements.txt add it: on SageMaker every rank fails with "
+            "No module named mpi4py. Add mpi4py to requirements.txt, or use a DLC that ships it"]
 
 
-def undeclared_imports(request: JobRequest) -> list[str]:
-    """Top-level modules the source dir imports that neither its framework family's DLC nor its
-    ``requirements.txt`` provides, sorted (empty for SDK v3 container commands)."""
+def undeclared_imports(request: JobRequest, world: World) -> tuple[list[str], dict[str, str]]:
+    """``(missing, gaps)``: top-level modules the source dir imports that neither the job's DLC
+    nor its ``requirements.txt`` provides, sorted; and those the DLC ships that the emulator does not
+    install here, with why (both empty for SDK v3 container commands)."""
     if request.container_command:
-        return []
+        return [], {}
     imported = reachable_imports(request.source_dir, request.entry_point) - _local_modules(request.source_dir)
     imported -= set(sys.stdlib_module_names) | {"__future__"}
-    selection = request.framework
-    imported -= frameworks.dlc_modules(selection.family if selection is not None else None)
-    if not imported:
-        return []
-    provided = _provided_by_requirements(_requirements_names(request))
-    return sorted(m for m in imported if m not in provided)
+    imported -= world.modules | world.requirements
+    if request.has_smddp(request.instance_groups[0].type):  # the in-host stand-in provides it
+        imported.discard("smdistributed")
+    gap_modules = request.dlc_image.gap_modules()
+    gaps = {m: gap_modules[m] for m in sorted(imported) if m in gap_modules}
+    return sorted(m for m in imported if m not in gaps), gaps
 
 
-def undeclared_warnings(request: JobRequest) -> list[str]:
+def package_warnings(request: JobRequest, world: World) -> list[str]:
     """:func:`undeclared_imports` as warnings for people."""
-    dlc = frameworks.dlc_label(request.framework)
-    return [f"the source dir imports {module}, which {dlc} does not ship and no requirements.txt of the job names: "
-            f"on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the package "
-            f"that provides it to {request.source_dir}/requirements.txt" for module in undeclared_imports(request)]
+    missing, gaps = undeclared_imports(request, world)
+    label = frameworks.image_label(request.framework, request.instance_groups[0].type)
+    out = [f"the source dir imports {module}, which {label} does not ship and the job's requirements.txt does not "
+           f"install: on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the "
+           f"package that provides it to {request.source_dir}/requirements.txt" for module in missing]
+    out += [f"the source dir imports {module}, which {label} ships but the emulator cannot install here ({why}): "
+            f"on SageMaker the import works; here it fails with ModuleNotFoundError. This is the emulator's gap, "
+            "not your job's" for module, why in gaps.items()]
+    return out
 
 
 def reachable_imports(source_dir: Path, entry_point: str) -> set[str]:
@@ -177,63 +170,6 @@ def _local_modules(source_dir: Path) -> set[str]:
         return set()
     return {p.stem if p.suffix == ".py" else p.name for p in source_dir.iterdir()
             if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("."))}
-
-
-def _provided_by_requirements(names: set[str]) -> set[str]:
-    """Import names the requirements bring: each one's own, and those of its dependencies as this
-    machine's installed metadata lists them (best effort: a requirement not installed here counts
-    for its own import name only)."""
-    from importlib import metadata
-
-    provided = {frameworks.import_name(n) for n in names}
-    seen: set[str] = set()
-    todo = list(names)
-    by_dist = _top_levels()
-    while todo:
-        name = frameworks.canonical_name(todo.pop())
-        if name in seen:
-            continue
-        seen.add(name)
-        provided |= by_dist.get(name, set())
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue
-        for req in requires:
-            if "extra ==" in req:
-                continue
-            match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-            if match:
-                todo.append(match.group(1))
-    return provided
-
-
-def _top_levels() -> dict[str, set[str]]:
-    """``{normalised distribution: its top-level modules}`` of this machine's installed packages."""
-    from importlib import metadata
-
-    out: dict[str, set[str]] = {}
-    for module, dists in metadata.packages_distributions().items():
-        for dist in dists:
-            out.setdefault(frameworks.canonical_name(dist), set()).add(module)
-    return out
-
-
-def importable(python: str, modules: list[str]) -> dict[str, bool]:
-    """Which of ``modules`` ``python`` finds (``importlib.util.find_spec``, nothing is imported
-    beyond their parent packages), run with the environment a host gives it (no ``PYTHONPATH``)."""
-    code = ("import importlib.util, json, sys\n"
-            "def found(m):\n"
-            "    try:\n        return importlib.util.find_spec(m) is not None\n"
-            "    except (ImportError, ValueError):\n        return False\n"
-            "print(json.dumps({m: found(m) for m in sys.argv[1:]}))\n")
-    env = {k: os.environ[k] for k in ("HOME", "PATH", "LD_LIBRARY_PATH") if k in os.environ}
-    done = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, env=env, cwd="/",
-                          timeout=120, check=False)
-    if done.returncode != 0:
-        raise BackendUnavailable(f"the job's Python {python} does not run: {done.stderr.strip()[-500:]}")
-    result: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 #: One ``ast.parse`` at a time: CPython before 3.11.8/3.12.1 can fail two concurrent ones (jobs run
@@ -287,15 +223,5 @@ def _requirements_names(request: JobRequest) -> set[str]:
     for line in lines:
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
         if match and not line.lstrip().startswith("-"):
-            names.add(frameworks.canonical_name(match.group(1)))
+            names.add(dlc.canonical_name(match.group(1)))
     return names
-
-
-def describe_missing(modules: list[str], python: str) -> str:
-    """The message for :class:`MissingPackage` (only ``mpi4py`` today)."""
-    return "; ".join(
-        f"{module} is not installed in the emulator's Python ({python}): the toolkit starts every rank of an "
-        f"MPI-family job (mpi, smdistributed, pytorchddp) as `python -m {module}`, and SageMaker's PyTorch DLCs ship "
-        f"{module}. It is part of the DLC the emulator stands in for, not of your job: install the emulator with its "
-        f"mpi extra (`pip install '{MPI_EXTRA}'`, which needs Open MPI: apt-get install libopenmpi-dev) or run the job "
-        "with --backend docker, whose images have it" for module in modules)

@@ -285,8 +285,13 @@ class _JobRun:
         try:
             python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
                                        env=planning.common_env(request, be.runtime(), self.caller_env))
-            if python is not None and number == 0:  # once per job (not again at a spot restart)
-                for note in jobenv.replacement_notes(python):
+            if number == 0:  # once per job (not again at a spot restart)
+                from .preflight import package_warnings
+
+                world = be.job_world(request)
+                notes = [*(jobenv.replacement_notes(python) if python is not None else []),
+                         *(package_warnings(request, world) if world is not None else [])]
+                for note in notes:
                     self._say(f"warning: {note}")
                     self.prepare_warnings.append(note)
             self._enter("Downloading")

@@ -1,6 +1,6 @@
 """SMDDP on the emulator's side: where it exists, and the warnings its stand-in raises.
 
-Where it exists (:attr:`~emulator.job.instance_types.InstanceType.has_smddp`): in hosts of GPU
+Where it exists (:meth:`~emulator.job.request.JobRequest.has_smddp`): in hosts of GPU
 instance types only (the GPU DLCs ship ``smdistributed.dataparallel`` and ``smddprun``; the CPU
 DLCs do not), so the plan puts the stand-ins on those hosts' ``PATH``/``PYTHONPATH`` only. On a
 CPU type an ``smdistributed``/``pytorchddp`` job runs as it would in a CPU container: the
@@ -40,8 +40,9 @@ def type_warnings(request: JobRequest) -> list[str]:
     out = []
     for group in request.instance_groups:
         itype = group.type
-        if not itype.has_smddp:
-            out.append(f"{itype.name} has no SMDDP (CPU images do not ship it): the toolkit runs mpirun without "
+        if not request.has_smddp(itype):
+            why = "CPU images do not ship it" if not itype.is_gpu else f"{request.dlc_image.label} does not ship it"
+            out.append(f"{itype.name} has no SMDDP ({why}): the toolkit runs mpirun without "
                        "smddprun and `import smdistributed` fails, as on SageMaker")
         elif not itype.smddp_supported:
             out.append(f"SMDDP on {itype.name}: the GPU image ships it, but AWS documents it only for "

@@ -22,14 +22,8 @@ AWS documents them. What is not, and is recorded as a deviation per job (:attr:`
 - Toolkits: where the DLC's exact ``sagemaker-training`` / ``sagemaker-pytorch-training`` is not
   documented (1.12 to 2.10: the DLC Dockerfiles only give ranges such as
   ``"sagemaker-pytorch-training<3"``), the emulator's pins (:data:`PINNED_TOOLKIT`) are used.
-- The DLC's other packages: each family records what its DLC ships (:attr:`Family.packages`,
-  pip distribution names, from the sources below). The preflight warns when the source imports a
-  top-level package neither that list nor ``requirements.txt`` provides, and a rank's
-  ``ModuleNotFoundError`` for such a package gets an ``[emulator]`` hint. What hosts really have:
-  the image's ``docker/requirements.txt`` (docker backend), or the DLC view of what is installed
-  on this machine (process backend, :mod:`emulator.backends.dlcview`); :data:`NOT_EMULATED`
-  (horovod, smdebug, the real ``smdistributed``, AWS's DeepSpeed/apex/transformer-engine builds,
-  conda's mkl, DGL, ...) never; the in-host package provides the ``smdistributed`` stand-in.
+- The DLC's other packages: :mod:`emulator.job.dlc` (read from AWS's build files; installed
+  into the process backend's framework layers and the docker backend's images).
 
 Sources (read 2026-11):
 
@@ -46,15 +40,6 @@ Sources (read 2026-11):
 - Python versions each torch release has wheels for: pytorch/pytorch ``RELEASE.md`` (release
   compatibility matrix), checked with ``pip install --dry-run --python-version`` for 1.12.1
   (no cp311), 1.13.1 (cp311), 2.0.1 (cp38), 2.13.0 (cp310, cp314).
-- The DLC's package list per family (:data:`DLC_PACKAGES_1_12`, :data:`DLC_PACKAGES_1_13`,
-  :data:`DLC_PACKAGES_2_11`): aws/deep-learning-containers
-  ``pytorch/training/docker/1.12/py3/cu116/Dockerfile.gpu`` (its ``sagemaker`` stage: the
-  ``pip install`` and ``conda install`` lines); ``pytorch/training/docker/1.13/py3/cu117/
-  Dockerfile.sagemaker.gpu.core_packages.json`` and ``pytorch/training/docker/2.5/py3/cu124/
-  Dockerfile.sagemaker.gpu.core_packages.json`` (the same list shape; the 1.13 list is used for
-  1.13 to 2.10, checked against 2.5 only); ``docker/pytorch/2.13/cpu/pyproject.toml`` (commit
-  e0ecedea6a; ``dependencies`` plus the ``sagemaker`` extra) for 2.11 to 2.13. No PyTorch DLC
-  lists Lightning or transformers.
 - Which nvidia wheels ``import torch`` needs: measured; torch 2.1.2 installed with ``--no-deps``
   fails with ``ValueError: libcublas.so.*[0-9] not found in the system path``, and its
   ``libtorch_global_deps.so`` links cufft, curand, cublas, cudart and nvToolsExt.
@@ -67,6 +52,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import RequestError
+from . import dlc
+from .instance_types import InstanceType
 
 #: ``framework_version="current"``: this machine's torch (process) / the default image (docker).
 CURRENT = "current"
@@ -85,108 +72,6 @@ NO_WHEEL = ("0.4.0", "1.0.0", "1.1.0", "1.2.0", "1.3.1", "1.4.0", "1.5.0", "1.6.
             "1.8.0", "1.8.1", "1.9.0", "1.9.1", "1.10.0", "1.10.2", "1.11.0")
 
 
-#: What the torch 1.12 DLC installs besides torch (pip distribution names), from
-#: aws/deep-learning-containers ``pytorch/training/docker/1.12/py3/cu116/Dockerfile.gpu``
-#: (``sagemaker`` stage and the ``common`` stage it builds on; conda packages included).
-DLC_PACKAGES_1_12 = (
-    "torchvision", "torchaudio", "torchdata", "torchnet", "scikit-learn", "pandas", "opencv-python",
-    "seaborn", "plotly", "shap", "numba", "bokeh", "imageio", "sagemaker", "sagemaker-experiments",
-    "smclarify", "sagemaker-training", "sagemaker-pytorch-training", "smdebug", "horovod", "deepspeed",
-    "smdistributed-dataparallel", "smdistributed-modelparallel", "awsio", "apex", "dgl", "mpi4py",
-    "awscli", "boto3", "click", "cmake", "cryptography", "ipython", "packaging", "pillow", "psutil",
-    "pybind11", "pyyaml", "cython", "mkl", "h5py", "requests", "future", "pyopenssl",
-)
-#: 1.13 to 2.10: aws/deep-learning-containers
-#: ``pytorch/training/docker/1.13/py3/cu117/Dockerfile.sagemaker.gpu.core_packages.json`` and
-#: ``pytorch/training/docker/2.5/py3/cu124/Dockerfile.sagemaker.gpu.core_packages.json``
-#: (plus the toolkits, smdebug and smdistributed the Dockerfiles of those folders install).
-DLC_PACKAGES_1_13 = (
-    "torchvision", "torchaudio", "torchdata", "torchtext", "torchtnt", "triton", "accelerate",
-    "fastai", "flash-attn", "deepspeed", "transformer-engine", "s3torchconnector", "scikit-learn",
-    "pandas", "opencv-python", "seaborn", "plotly", "shap", "numba", "bokeh", "imageio", "scipy",
-    "numpy", "sagemaker", "sagemaker-experiments", "smclarify", "sagemaker-training",
-    "sagemaker-pytorch-training", "smdebug", "smdistributed-dataparallel", "smdistributed-modelparallel",
-    "mpi4py", "awscli", "boto3", "click", "cmake", "cryptography", "psutil", "pyyaml", "requests",
-    "tqdm", "idna", "urllib3", "pyopenssl", "attrs", "importlib-metadata", "jinja2", "cloudpickle",
-    "tornado", "protobuf", "setuptools", "packaging", "pillow",
-)
-#: 2.11 on: aws/deep-learning-containers ``docker/pytorch/2.13/cpu/pyproject.toml`` (commit
-#: e0ecedea6a; ``dependencies`` and the ``sagemaker`` extra; 2.11 and 2.12 list the same).
-DLC_PACKAGES_2_11 = (
-    "torchvision", "torchaudio", "deepspeed", "fastai", "boto3", "botocore", "pyyaml", "requests",
-    "packaging", "urllib3", "python-multipart", "starlette", "gitpython", "mako", "mpi4py", "scipy",
-    "scikit-learn", "opencv-python", "msgpack", "soupsieve", "click", "pillow", "smclarify", "sagemaker",
-    "sagemaker-pytorch-training", "sagemaker-training", "mlflow", "bokeh", "imageio", "numba", "pandas",
-    "plotly", "shap", "seaborn", "cloudpickle", "s3fs", "aiohttp", "tornado", "cryptography", "pyasn1",
-    "numpy",
-)
-#: DLC packages the emulator never installs, and why (README "What is and is not emulated").
-NOT_EMULATED = {
-    "horovod": "built from source against the DLC's CUDA torch and NCCL",
-    "smdebug": "built from source (awslabs/sagemaker-debugger) in the DLC",
-    "smdistributed-dataparallel": "AWS binary for CUDA; the in-host stand-in replaces it",
-    "smdistributed-modelparallel": "AWS binary for CUDA",
-    "deepspeed": "AWS's ZeRO-2D build (1.12) / CUDA ops",
-    "apex": "built with CUDA extensions", "flash-attn": "CUDA only", "transformer-engine": "CUDA only",
-    "triton": "CUDA only", "awsio": "AWS binary", "dgl": "conda CUDA build", "mkl": "conda package",
-}
-#: Import name of a distribution where it differs from the name (``-`` -> ``_`` otherwise).
-IMPORT_NAMES = {
-    "scikit-learn": "sklearn", "opencv-python": "cv2", "opencv-python-headless": "cv2", "pyyaml": "yaml",
-    "pillow": "PIL", "sagemaker-pytorch-training": "sagemaker_pytorch_container", "gitpython": "git",
-    "python-multipart": "multipart", "pyopenssl": "OpenSSL", "importlib-metadata": "importlib_metadata",
-    "attrs": "attr", "protobuf": "google", "ipython": "IPython", "mako": "mako", "msgpack": "msgpack",
-    "pyasn1": "pyasn1", "awscli": "awscli", "smdistributed-dataparallel": "smdistributed",
-    "smdistributed-modelparallel": "smdistributed", "pytorch-lightning": "pytorch_lightning",
-    "lightning": "lightning", "scikit-image": "skimage", "beautifulsoup4": "bs4",
-}
-
-
-def canonical_name(name: str) -> str:
-    """A distribution name as PEP 503 normalises it (``packaging.utils.canonicalize_name``'s rule,
-    written here because what runs up to the preflight needs only the standard library: a DLC's
-    Python, a bare venv)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def import_name(distribution: str) -> str:
-    """The top-level module a pip distribution provides (a table of known ones, else ``-`` -> ``_``)."""
-    dist = canonical_name(distribution)
-    return IMPORT_NAMES.get(dist, dist.replace("-", "_"))
-
-
-#: Modules every DLC has through the dependencies of its listed packages and torch (torch's own
-#: requirements, pandas/scikit-learn/seaborn/boto3's); not exhaustive.
-DLC_DEPENDENCY_MODULES = frozenset({
-    "torch", "torchgen", "functorch", "numpy", "scipy", "matplotlib", "joblib", "threadpoolctl", "pytz",
-    "dateutil", "tzdata", "PIL", "tqdm", "requests", "urllib3", "certifi", "charset_normalizer", "idna",
-    "yaml", "six", "boto3", "botocore", "s3transfer", "jmespath", "typing_extensions", "filelock",
-    "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "packaging", "psutil", "google",
-    "sagemaker_training", "sagemaker_pytorch_container", "mpi4py", "setuptools", "pkg_resources",
-    "_distutils_hack", "pip", "wheel", "llvmlite", "cloudpickle", "slicer", "kiwisolver",
-    "pyparsing", "cycler", "fontTools", "contourpy", "attr", "click", "gevent", "greenlet",
-    "werkzeug", "paramiko", "inotify_simple", "retrying", "smdistributed",
-})
-
-
-def dlc_packages(fam: Family | None) -> tuple[str, ...]:
-    """What ``fam``'s DLC ships (None: ``current``, the newest DLC's list)."""
-    return fam.packages if fam is not None else DLC_PACKAGES_2_11
-
-
-def dlc_modules(fam: Family | None) -> frozenset[str]:
-    """Top-level modules a job on ``fam``'s DLC imports without a ``requirements.txt`` (None:
-    ``current``, the newest DLC's list)."""
-    return frozenset(import_name(d) for d in dlc_packages(fam)) | DLC_DEPENDENCY_MODULES
-
-
-def dlc_label(selection: Selection | None) -> str:
-    """The DLC that messages name: ``the PyTorch 2.2.0 DLC`` (no family: ``the PyTorch DLC``)."""
-    if selection is not None and selection.family is not None:
-        return f"the PyTorch {selection.dlc_version} DLC"
-    return "the PyTorch DLC"
-
-
 @dataclass(frozen=True)
 class Family:
     """One DLC family (a torch minor version) and what its emulator image holds."""
@@ -195,20 +80,15 @@ class Family:
     dlc_versions: tuple[str, ...]  #: full versions the DLC shipped, oldest first
     dlc_py: tuple[str, ...]  #: the DLC's ``py_version`` values
     torch: str  #: the torch release installed
-    requirement: str  #: the pip requirement that installs it
     python: str  #: the image's Python (Debian's python3)
     wheel_pythons: tuple[str, str]  #: oldest and newest CPython the torch release has wheels for
     toolkit: tuple[str, str] = PINNED_TOOLKIT  #: sagemaker-training, sagemaker-pytorch-training
     toolkit_source: str | None = None  #: where AWS documents the DLC's toolkits (None: pinned)
     #: Extra pins the family needs (e.g. numpy 1.x for torch built against it).
     constraints: tuple[str, ...] = ()
-    #: What the DLC ships besides torch (pip distribution names; see the module docstring).
-    packages: tuple[str, ...] = DLC_PACKAGES_1_13
     #: The pytorch-lightning release the emulator tests this family with. No PyTorch DLC ships
     #: Lightning: jobs install it through requirements.txt, as on SageMaker.
     lightning: str | None = None
-    #: The image holds CUDA libraries (PyPI's builds); size and build time grow accordingly.
-    cuda_wheels: bool = True
 
     @property
     def suite(self) -> str:
@@ -241,36 +121,31 @@ _LOCKED = "aws/deep-learning-containers docker/pytorch/{v}/cpu/uv.lock"
 #: ``torch (>=1.8.*)``: "Please use pip<24.1"); those DLCs had the pip of their time.
 _OLD_PIP = "pip<24.1"
 FAMILIES: tuple[Family, ...] = (
-    Family("1.12", ("1.12.0", "1.12.1"), ("py38",), "1.12.1", "torch==1.12.1", "3.9",
-           ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3",
-           packages=DLC_PACKAGES_1_12),
-    Family("1.13", ("1.13.1",), ("py39",), "1.13.1", "torch==1.13.1", "3.9", ("3.7", "3.11"),
+    Family("1.12", ("1.12.0", "1.12.1"), ("py38",), "1.12.1", "3.9",
+           ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3"),
+    Family("1.13", ("1.13.1",), ("py39",), "1.13.1", "3.9", ("3.7", "3.11"),
            constraints=("numpy<2", _OLD_PIP), lightning="1.9.5"),
-    Family("2.0", ("2.0.0", "2.0.1"), ("py310",), "2.0.1", "torch==2.0.1", "3.11", ("3.8", "3.11"),
+    Family("2.0", ("2.0.0", "2.0.1"), ("py310",), "2.0.1", "3.11", ("3.8", "3.11"),
            constraints=("numpy<2",), lightning="2.0.9"),
-    Family("2.1", ("2.1.0",), ("py310",), "2.1.0", "torch==2.1.0", "3.11", ("3.8", "3.11"),
+    Family("2.1", ("2.1.0",), ("py310",), "2.1.0", "3.11", ("3.8", "3.11"),
            constraints=("numpy<2",), lightning="2.1.4"),
-    Family("2.2", ("2.2.0",), ("py310",), "2.2.0", "torch==2.2.0", "3.11", ("3.8", "3.12"),
+    Family("2.2", ("2.2.0",), ("py310",), "2.2.0", "3.11", ("3.8", "3.12"),
            constraints=("numpy<2",)),
-    Family("2.3", ("2.3.0",), ("py311",), "2.3.0", "torch==2.3.0", "3.11", ("3.8", "3.12")),
-    Family("2.4", ("2.4.0",), ("py311",), "2.4.0", "torch==2.4.0", "3.11", ("3.8", "3.12")),
-    Family("2.5", ("2.5.1",), ("py311",), "2.5.1", "torch==2.5.1", "3.11", ("3.9", "3.13")),
-    Family("2.6", ("2.6.0",), ("py312",), "2.6.0", "torch==2.6.0", "3.13", ("3.9", "3.13")),
-    Family("2.7", ("2.7.1",), ("py312",), "2.7.1", "torch==2.7.1", "3.13", ("3.9", "3.13")),
-    Family("2.8", ("2.8.0",), ("py312",), "2.8.0", "torch==2.8.0", "3.13", ("3.9", "3.13")),
-    Family("2.9", ("2.9.0",), ("py312",), "2.9.0", "torch==2.9.0", "3.13", ("3.10", "3.14")),
-    Family("2.10", ("2.10.0",), ("py313",), "2.10.0", "torch==2.10.0", "3.13", ("3.10", "3.14")),
-    Family("2.11", ("2.11.0",), ("py312",), "2.11.0", "torch==2.11.0", "3.13", ("3.10", "3.14"),
-           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.11"),
-           packages=DLC_PACKAGES_2_11),
-    Family("2.12", ("2.12.1",), ("py312",), "2.12.1", "torch==2.12.1", "3.13", ("3.10", "3.14"),
-           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.12"),
-           packages=DLC_PACKAGES_2_11),
-    # The CPU build on this machine's disk is cp311 only; PyPI has only CUDA builds.
-    Family("2.13", ("2.13.0",), ("py312",), "2.13.0", "torch==2.13.0+cpu", "3.11",
-           ("3.10", "3.14"), toolkit=("5.1.1", "3.0.0"),
-           toolkit_source=_LOCKED.format(v="2.13"), packages=DLC_PACKAGES_2_11, lightning="2.6.6",
-           cuda_wheels=False),
+    Family("2.3", ("2.3.0",), ("py311",), "2.3.0", "3.11", ("3.8", "3.12")),
+    Family("2.4", ("2.4.0",), ("py311",), "2.4.0", "3.11", ("3.8", "3.12")),
+    Family("2.5", ("2.5.1",), ("py311",), "2.5.1", "3.11", ("3.9", "3.13")),
+    Family("2.6", ("2.6.0",), ("py312",), "2.6.0", "3.13", ("3.9", "3.13")),
+    Family("2.7", ("2.7.1",), ("py312",), "2.7.1", "3.13", ("3.9", "3.13")),
+    Family("2.8", ("2.8.0",), ("py312",), "2.8.0", "3.13", ("3.9", "3.13")),
+    Family("2.9", ("2.9.0",), ("py312",), "2.9.0", "3.13", ("3.10", "3.14")),
+    Family("2.10", ("2.10.0",), ("py313",), "2.10.0", "3.13", ("3.10", "3.14")),
+    Family("2.11", ("2.11.0",), ("py312",), "2.11.0", "3.13", ("3.10", "3.14"),
+           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.11")),
+    Family("2.12", ("2.12.1",), ("py312",), "2.12.1", "3.13", ("3.10", "3.14"),
+           toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.12")),
+    # Python 3.11 (bookworm), as the process backend's CI interpreter; the DLC's is 3.12.
+    Family("2.13", ("2.13.0",), ("py312",), "2.13.0", "3.11", ("3.10", "3.14"), toolkit=("5.1.1", "3.0.0"),
+           toolkit_source=_LOCKED.format(v="2.13"), lightning="2.6.6"),
 )
 _BY_NAME = {f.name: f for f in FAMILIES}
 _BY_VERSION = {v: f for f in FAMILIES for v in f.dlc_versions}
@@ -289,6 +164,13 @@ class Selection:
     family: Family | None
     source: str  #: "framework_version", "image_uri" or "current"
     deviations: tuple[str, ...] = field(default=())
+    #: A Hugging Face DLC's transformers release (its ``image_uri`` tag); None: a PyTorch DLC.
+    transformers_version: str | None = None
+
+    def image(self, instance_type: InstanceType) -> dlc.Image:
+        """The DLC image a job with this selection runs on ``instance_type`` (its first instance
+        group's: one ``TrainingImage`` serves every host): see :func:`image_of`."""
+        return image_of(self, instance_type)
 
     @property
     def dlc_version(self) -> str | None:
@@ -332,6 +214,54 @@ class Selection:
                            toolkit=toolkit, toolkit_from="this machine's")
 
 
+def image_of(selection: Selection | None, instance_type: InstanceType) -> dlc.Image:
+    """The DLC image a job runs (:mod:`emulator.job.dlc`): no DLC named (nothing asked, or
+    ``current``) → :data:`emulator.job.dlc.CURRENT_IMAGE`; a Hugging Face tag → that Hugging Face
+    image; else the family's PyTorch image for the instance type (GPU types: the GPU image)."""
+    if selection is None or selection.family is None:
+        return dlc.image(dlc.CURRENT_IMAGE)
+    if selection.transformers_version is not None:
+        return dlc.huggingface_image(selection.transformers_version, field=FIELD_IMAGE)
+    return dlc.pytorch_image(selection.family.name, gpu=instance_type.is_gpu)
+
+
+def toolkit_for(selection: Selection | None, image: dlc.Image) -> tuple[str, str]:
+    """The toolkits a job's world holds: its family's (AWS's where documented), or with no DLC named
+    the emulator's pins (:data:`PINNED_TOOLKIT`; the default world is not a DLC, and its image's 5.1.1
+    runs the launcher through ``/bin/sh -c``, see ``emulator/job/toolkit_model.py``)."""
+    if selection is None or selection.family is None:
+        return PINNED_TOOLKIT
+    kit = family(image.family).toolkit
+    return kit[0], kit[1]
+
+
+def install_set(image: dlc.Image, *, toolkit: tuple[str, str] | None = None,
+                torch_index: str | None = None) -> dlc.InstallSet:
+    """What the emulator installs for ``image`` (:func:`emulator.job.dlc.install_set`) with its
+    family's pins and ``toolkit`` (default: the family's); ``torch_index``: an index with the DLC's
+    exact torch builds."""
+    fam = family(image.family)
+    return dlc.install_set(image, toolkit=toolkit or fam.toolkit, constraints=fam.constraints,
+                           torch_index=torch_index)
+
+
+def install_for(selection: Selection | None, instance_type: InstanceType, *,
+                torch_index: str | None = None) -> dlc.InstallSet:
+    """What a job with ``selection`` on ``instance_type`` gets installed: its image's packages and
+    :func:`toolkit_for` its toolkits."""
+    image = image_of(selection, instance_type)
+    return install_set(image, toolkit=toolkit_for(selection, image), torch_index=torch_index)
+
+
+def image_label(selection: Selection | None, instance_type: InstanceType) -> str:
+    """How messages name the job's packages: ``the PyTorch 2.5.1 GPU DLC``; with no DLC named,
+    ``the emulator's default (the PyTorch 2.13.0 CPU DLC's packages)``."""
+    img = image_of(selection, instance_type)
+    if selection is None or selection.family is None:
+        return f"the emulator's default world (the packages of {img.label})"
+    return img.label
+
+
 def _allowed_versions() -> str:
     names = [v for f in FAMILIES for v in (f.name, *f.dlc_versions)]
     return ", ".join([*dict.fromkeys(names), CURRENT])
@@ -363,9 +293,9 @@ def _deviations(fam: Family, version: str, py: str, *, python: str | None = None
     out = []
     if version in fam.dlc_versions and version != fam.torch:
         out.append(f"torch {fam.torch} runs instead of the DLC's {version} (one image per family)")
-    if fam.cuda_wheels:
-        out.append(f"torch {fam.torch} is PyPI's CUDA build running on the CPU (the DLC's "
-                   "build is not on PyPI)")
+    out.append(f"torch {fam.torch} (and torchvision, torchaudio) are PyPI's builds, CUDA builds running on the "
+               f"CPU, not the DLC's own (AWS's +cuXXX builds; +cpu on CPU images), unless {dlc.TORCH_INDEX_VAR} "
+               "names an index that has those")
     python = python or fam.python
     python_from = python_from or f"Debian {fam.suite}'s python3"
     want = f"{py[2]}.{py[3:]}" if re.fullmatch(r"py3\d+", py) else None
@@ -392,11 +322,12 @@ def select(framework_version: str | None = None, py_version: str | None = None, 
     no wheel for.
     """
     source = FIELD_VERSION
+    transformers = None
     if framework_version is None and image_uri:
         parsed = parse_dlc_image(image_uri)
         if parsed is None:
             return None
-        framework_version, tag_py = parsed
+        framework_version, tag_py, transformers = parsed
         py_version = py_version or tag_py
         source = "image_uri"
     if framework_version is None:
@@ -412,13 +343,19 @@ def select(framework_version: str | None = None, py_version: str | None = None, 
     if fam is None:
         _unknown(version, where)
         raise AssertionError("unreachable")
+    if transformers is not None:
+        hf = dlc.huggingface_image(transformers, field=FIELD_IMAGE)
+        if hf.family != fam.name:
+            raise RequestError(FIELD_IMAGE, f"the Hugging Face transformers {transformers} DLC is built on PyTorch "
+                               f"{hf.framework_version}, not {version}", allowed=f"{hf.framework_version}-transformers"
+                               f"{transformers}-gpu-… (the SDK's image_uris.retrieve gives it)")
     if py_version is not None and py_version not in fam.dlc_py:
         raise RequestError(FIELD_PY, f"PyTorch {version} DLCs were built for "
                            f"{', '.join(fam.dlc_py)} only, got {py_version!r}",
                            allowed=", ".join(fam.dlc_py))
     py = py_version or fam.dlc_py[-1]
     return Selection(version, py, fam, "image_uri" if source != FIELD_VERSION else source,
-                     _deviations(fam, version, py))
+                     _deviations(fam, version, py), transformers_version=transformers)
 
 
 #: DLC training repositories: ``pytorch-training`` (to 2.10), ``pytorch`` (2.11 on, amzn2023) and
@@ -434,12 +371,15 @@ _OTHER_DLC = re.compile(
 )
 
 
-def parse_dlc_image(image_uri: str) -> tuple[str, str | None] | None:
-    """``(framework_version, py_version or None)`` from a PyTorch DLC training image URI.
+def parse_dlc_image(image_uri: str) -> tuple[str, str | None, str | None] | None:
+    """``(framework_version, py_version or None, transformers_version or None)`` from a PyTorch
+    or Hugging Face DLC training image URI.
 
     ``…/pytorch-training:1.12.1-gpu-py38`` -> ("1.12.1", "py38");
     ``…/pytorch-training:2.2.0-gpu-py310-cu121-ubuntu20.04-sagemaker`` -> ("2.2.0", "py310");
-    ``…/pytorch:2.13.0-cpu-amzn2023-sagemaker`` -> ("2.13.0", None). None for an image that is
+    ``…/pytorch:2.13.0-cpu-amzn2023-sagemaker`` -> ("2.13.0", None);
+    ``…/huggingface-pytorch-training:2.5.1-transformers4.49.0-gpu-py311-cu124-ubuntu22.04`` ->
+    ("2.5.1", "py311", "4.49.0"). None for an image that is
     not a PyTorch DLC or carries no version (a digest only): it runs as given / as today.
     A TensorFlow/MXNet/... DLC raises :class:`RequestError` (no wheel for that framework).
     """
@@ -455,10 +395,14 @@ def parse_dlc_image(image_uri: str) -> tuple[str, str | None] | None:
     if tag is None:
         return None
     py = re.search(r"(?:^|-)(py3\d+)(?:-|$)", tag["rest"])
-    return tag["version"], py.group(1) if py else None
+    transformers = re.search(r"(?:^|-)transformers(\d+\.\d+\.\d+)(?:-|$)", tag["rest"])
+    if m["repo"].startswith("huggingface-") and transformers is None:
+        raise RequestError(FIELD_IMAGE, f"a Hugging Face DLC tag names its transformers release, {m['tag']!r} does not",
+                           allowed="<torch>-transformers<version>-gpu-py3XX-… (the SDK's image_uris.retrieve gives it)")
+    return tag["version"], py.group(1) if py else None, transformers.group(1) if transformers else None
 
 
-#: Families the process backend runs: each has a 2-host smoke test (tests/test_families.py, ``nox -s
+#: Families the process backend runs: each has a 2-host smoke test (tests/jobs/test_families.py, ``nox -s
 #: families``; 2.13 is the torch the whole suite runs). Other families install and may work, but a
 #: family's gap (as 2.2's optimizer's CUDA-graph check was) shows only when it runs, so they are
 #: refused unless :data:`UNTESTED_VAR` is ``1``.
@@ -508,19 +452,31 @@ def is_dlc_image(image_uri: str | None) -> bool:
 
 def record(selection: Selection | None, *, torch: str | None, python: str | None,
            toolkit: tuple[str | None, str | None] | None,
-           python_from: str | None = None) -> dict[str, object]:
+           python_from: str | None = None, image: dlc.Image | None = None) -> dict[str, object]:
     """``job.json`` ``Emulator.Framework``: what the job asked (``selection``; None: nothing) and
     the torch, Python and toolkits that really ran (None where unknown, e.g. a user's image
     without them). ``python_from`` (the process backend: "this machine's interpreter") makes the
-    deviations those of that Python and toolkit instead of the family image's."""
-    if selection is None:
-        return {"FrameworkVersion": None, "PyVersion": None, "Source": "default", "Family": CURRENT,
-                "Torch": torch, "Python": python,
-                "Toolkit": {"sagemaker-training": toolkit[0], "sagemaker-pytorch-training": toolkit[1]}
-                if toolkit else None, "Deviations": []}
-    deviations = selection.deviations if python_from is None or python is None else \
-        selection.deviations_when(python=python, python_from=python_from, toolkit=toolkit)
-    return selection.emulator_fields(torch=torch, python=python, toolkit=toolkit, deviations=deviations)
+    deviations those of that Python and toolkit instead of the family image's. ``image``: the DLC
+    image whose packages the job sees (its id, source and what is not installed: ``Image``)."""
+    if selection is None or selection.family is None:
+        fields: dict[str, object] = {
+            "FrameworkVersion": selection.framework_version if selection else None,
+            "PyVersion": selection.py_version if selection else None,
+            "Source": selection.source if selection else "default", "Family": CURRENT,
+            "Torch": torch, "Python": python,
+            "Toolkit": {"sagemaker-training": toolkit[0], "sagemaker-pytorch-training": toolkit[1]}
+            if toolkit else None,
+            "Deviations": [f"no DLC named: the job sees the packages of {image.label} (the emulator's default), "
+                           "whatever the instance type, with the emulator's toolkit pins "
+                           f"{PINNED_TOOLKIT[0]} / {PINNED_TOOLKIT[1]}"] if image is not None else []}
+    else:
+        deviations = selection.deviations if python_from is None or python is None else \
+            selection.deviations_when(python=python, python_from=python_from, toolkit=toolkit)
+        fields = selection.emulator_fields(torch=torch, python=python, toolkit=toolkit, deviations=deviations)
+    if image is not None:
+        fields["Image"] = {"Id": image.id, "Name": image.label, "Source": image.source,
+                           "NotInstalled": image.gaps}
+    return fields
 
 
 def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
@@ -538,13 +494,16 @@ __all__ = [
     "UNTESTED_VAR",
     "Family",
     "Selection",
-    "dlc_modules",
     "family",
-    "import_name",
+    "image_label",
+    "image_of",
+    "install_for",
+    "install_set",
     "is_dlc_image",
     "parse_dlc_image",
     "process_refusal",
     "record",
     "select",
     "table",
+    "toolkit_for",
 ]

@@ -3,8 +3,8 @@
 What is emulated: the GPU count (``nvidia-smi --list-gpus`` in each host reports it, so the real
 toolkit derives ``SM_NUM_GPUS`` and processes-per-host from it), the GPU model name, each GPU's
 memory as CUDA reports it (``torch.cuda.mem_get_info``/``get_device_properties().total_memory``,
-so memory-based batch sizing picks what it would pick on the real GPU), and whether the image has
-SMDDP (:attr:`InstanceType.has_smddp`).
+so memory-based batch sizing picks what it would pick on the real GPU). Whether a host finds SMDDP
+depends on the image too: :meth:`emulator.job.request.JobRequest.has_smddp`.
 What is not: vCPUs and memory are recorded for ``job.json`` only; ``SM_NUM_CPUS`` is this
 machine's real CPU count, because the toolkit reads it from ``multiprocessing.cpu_count()``.
 
@@ -41,14 +41,6 @@ class InstanceType:
     def gpu_memory(self) -> int:
         """Bytes of memory per GPU as CUDA reports it (0 without GPUs); see :data:`GPU_MEMORY`."""
         return GPU_MEMORY.get(self.gpu_model, 0) if self.is_gpu else 0
-
-    @property
-    def has_smddp(self) -> bool:
-        """Whether a job on this type finds SMDDP (``smdistributed.dataparallel``, ``smddprun``)
-        in the image: GPU types, whose framework DLCs (the GPU images) ship it. CPU DLCs do not,
-        so there the toolkit's SMDataParallel runner prints "smddprun not being used as smddp is
-        not installed" and ``import smdistributed`` fails (see :data:`SMDDP_SUPPORTED`)."""
-        return self.is_gpu
 
     @property
     def smddp_supported(self) -> bool:

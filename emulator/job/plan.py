@@ -149,14 +149,14 @@ def container_command(request: JobRequest, runtime: Runtime) -> list[str]:
     return list(request.container_command or runtime.train_command)
 
 
-def inhost_paths(runtime: Runtime, itype: InstanceType) -> dict[str, str]:
+def inhost_paths(runtime: Runtime, itype: InstanceType, *, smddp: bool) -> dict[str, str]:
     """``PATH`` and ``PYTHONPATH`` of a host of type ``itype``: the in-host folders that exist on
     that type (``nvidia-smi`` only with GPUs; ``smddprun`` and ``smdistributed`` only where the
-    image ships SMDDP, see :attr:`~emulator.job.instance_types.InstanceType.has_smddp`), then the
+    image ships SMDDP, ``smddp``: see :meth:`~emulator.job.request.JobRequest.has_smddp`), then the
     image's ``PATH``."""
     root = runtime.inhost_root
-    bins = [P.INHOST_GPU_BIN] * itype.is_gpu + [P.INHOST_SMDDP_BIN] * itype.has_smddp
-    sites = [P.INHOST_SITE] + [P.INHOST_SMDDP_SITE] * itype.has_smddp
+    bins = [P.INHOST_GPU_BIN] * itype.is_gpu + [P.INHOST_SMDDP_BIN] * smddp
+    sites = [P.INHOST_SITE] + [P.INHOST_SMDDP_SITE] * smddp
     return {"PATH": ":".join([*(f"{root}/{b}" for b in bins), runtime.path]),
             "PYTHONPATH": ":".join(f"{root}/{s}" for s in sites)}
 
@@ -167,8 +167,11 @@ def common_env(request: JobRequest, runtime: Runtime, caller_env: Mapping[str, s
     per host)."""
     env = dict(runtime.base_env)
     env.update(DLC_ENV)
-    env.update({**inhost_paths(runtime, request.instance_groups[0].type), "TMPDIR": "/tmp",
-                P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR, P.ENV_DLC: frameworks.dlc_label(request.framework)})
+    first = request.instance_groups[0].type
+    env.update({**inhost_paths(runtime, first, smddp=request.has_smddp(first)), "TMPDIR": "/tmp",
+                P.ENV_INHOST: "1", P.ENV_DIAG_DIR: P.DIAG_DIR,
+                P.ENV_DLC: frameworks.image_label(request.framework, first),
+                P.ENV_DLC_GAPS: json.dumps(request.dlc_image.gap_modules(), sort_keys=True)})
     selection = request.framework
     if selection is not None and selection.family is not None:
         env[P.ENV_DLC_TORCH] = selection.family.torch
@@ -221,7 +224,8 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
         if request.checkpoint_local_path.startswith(f"{P.OPT_ML}/"):
             dirs.append(request.checkpoint_local_path[len(P.OPT_ML) + 1:].rstrip("/"))
         env = dict(common)
-        env.update({k: v for k, v in inhost_paths(runtime, group.type).items() if k not in request.environment})
+        env.update({k: v for k, v in inhost_paths(runtime, group.type, smddp=request.has_smddp(group.type)).items()
+                    if k not in request.environment})
         env[P.ENV_GPU_COUNT] = str(gpus)
         env[P.ENV_GPU_MODEL] = group.type.gpu_model
         env[P.ENV_GPU_MEMORY] = str(group.type.gpu_memory)
@@ -236,7 +240,7 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
             launcher=tk.launcher_command(toolkit_runner, rc, hps, num_gpus=gpus,
                                          python=runtime.python, input_config=input_config,
                                          credentials=[k for k in CREDENTIAL_NAMES if k in env],
-                                         smddprun=group.type.has_smddp,
+                                         smddprun=request.has_smddp(group.type),
                                          gethostname_so=runtime.gethostname_so or tk.GETHOSTNAME_SO,
                                          toolkit=runtime.toolkit)
             if toolkit else None,

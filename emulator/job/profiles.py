@@ -4,7 +4,7 @@
 toolkit's fixed sleeps and a fresh interpreter for every process. ``ci`` (the default of the
 pytest fixture, ``python -m emulator launch`` under ``nox -s emulate``) turns on every speed-up
 that leaves what a training script can observe unchanged except time — its environment, argv,
-files, hostname, rank, exit code, failure text and artifacts (``tests/test_profiles_equivalence.py``
+files, hostname, rank, exit code, failure text and artifacts (``tests/jobs/test_profiles_equivalence.py``
 runs the same jobs in both profiles and compares all of it):
 
 - ``short_toolkit_sleeps``: the MPI-family runners' fixed 30-s sleeps after ``mpirun`` are capped

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from ..errors import RequestError
 from ..inhost import protocol as P
 from . import distribution as dist
-from . import frameworks, profiles, sdk_refusals
+from . import dlc, frameworks, profiles, sdk_refusals
 from .frameworks import Selection
 from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup, refuse_neuron
 
@@ -144,6 +144,21 @@ class JobRequest:
         """The torch, Python and toolkits the job asks for (:mod:`emulator.job.frameworks`), from
         ``framework_version``/``py_version`` or a DLC ``image_uri``; None: nothing asked."""
         return frameworks.select(self.framework_version, self.py_version, image_uri=self.image_uri)
+
+    @property
+    def dlc_image(self) -> dlc.Image:
+        """The DLC image whose packages the job sees (:func:`emulator.job.frameworks.image_of`: the
+        first instance group's type picks the CPU or GPU image, as one ``TrainingImage`` serves all)."""
+        return frameworks.image_of(self.framework, self.instance_groups[0].type)
+
+    def has_smddp(self, itype: InstanceType) -> bool:
+        """Whether hosts of ``itype`` find SMDDP (``smdistributed.dataparallel``, ``smddprun``): GPU
+        types whose image ships it (AWS's files: the GPU images up to PyTorch 2.5). With no DLC named,
+        every GPU type (the emulator's default world keeps the stand-in)."""
+        if not itype.is_gpu:
+            return False
+        selection = self.framework
+        return selection is None or selection.family is None or self.dlc_image.has_smddp
 
     def speedups(self) -> profiles.Profile:
         """What this job runs with: its profile, plus the speed-ups it asked for itself."""
@@ -647,11 +662,12 @@ def validate(request: JobRequest) -> None:
     if not isinstance(request.smddp_strict, bool):
         raise RequestError("smddp_strict", f"must be true or false, got {request.smddp_strict!r}",
                            allowed="true or false")
-    if request.smddp_strict and not any(g.type.has_smddp for g in request.instance_groups):
+    if request.smddp_strict and not any(request.has_smddp(g.type) for g in request.instance_groups):
         names = ", ".join(dict.fromkeys(g.instance_type for g in request.instance_groups))
-        raise RequestError("smddp_strict", f"{names} has no SMDDP (only the GPU images ship smdistributed), "
-                           "so there is nothing to be strict about",
-                           allowed="a GPU instance type (ml.g*, ml.p*), or leave smddp_strict off")
+        raise RequestError("smddp_strict", f"{names} has no SMDDP ({request.dlc_image.label} does not ship "
+                           "smdistributed), so there is nothing to be strict about",
+                           allowed="a GPU instance type (ml.g*, ml.p*) of a DLC with SMDDP (PyTorch 2.5 and older), "
+                                   "or leave smddp_strict off")
     if not isinstance(request.wait_on_rendezvous_errors, bool):
         raise RequestError("wait_on_rendezvous_errors",
                            f"must be true or false, got {request.wait_on_rendezvous_errors!r}",

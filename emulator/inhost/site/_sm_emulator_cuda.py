@@ -1,6 +1,8 @@
 """CUDA on the CPU: make code written for GPU hosts run unchanged in an emulated host.
 
-Applied once, right after ``import torch`` finishes, when ``EMULATOR_GPU_COUNT`` > 0.
+Applied once, right after ``import torch`` finishes, when ``EMULATOR_GPU_COUNT`` > 0, in two steps
+around the streams and the accelerator hooks (``_sm_emulator_torch`` owns the order; this module
+imports neither ``_sm_emulator_streams`` nor ``_sm_emulator_devices``, which build on it).
 
 Emulated (all work happens on the CPU):
 
@@ -256,7 +258,8 @@ def _device_count() -> int:
     return gpu_count()
 
 
-def _patch_torch_cuda(torch: Any) -> None:
+def patch_torch_cuda(torch: Any) -> None:
+    """The first step: ``torch.cuda``'s devices, RNG, memory, no-ops and what is not emulated."""
     cuda = torch.cuda
     model = gpu_model()
     memory = gpu_memory()
@@ -363,17 +366,7 @@ def _patch_parallel(torch: Any) -> None:
     patches.replace("cuda-parallel", torch.nn, "DataParallel.__init__", dp_init)
 
 
-def patch(torch: Any) -> None:
-    """Apply every CUDA-on-CPU patch to the freshly imported ``torch`` (idempotent)."""
-    if getattr(torch, "_sm_emulator_cuda", False) or gpu_count() == 0:
-        return
-    torch._sm_emulator_cuda = True
-    _patch_torch_cuda(torch)
-    import _sm_emulator_streams
-
-    _sm_emulator_streams.patch(torch)
-    import _sm_emulator_devices
-
-    _sm_emulator_devices.patch_accelerator(torch)
+def patch_tensors(torch: Any) -> None:
+    """The last step: tensors, factory functions and ``DistributedDataParallel``/``DataParallel``."""
     _patch_tensor(torch)
     _patch_parallel(torch)

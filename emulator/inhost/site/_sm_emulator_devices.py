@@ -1,7 +1,7 @@
 """Emulated GPUs through torch's device-generic APIs: ``torch.accelerator`` and FSDP's device choice.
 
 Applied when ``EMULATOR_GPU_COUNT`` > 0: the accelerator hooks right after ``import torch``
-(by ``_sm_emulator_cuda.patch``), the FSDP ones when FSDP's modules finish importing.
+(by ``_sm_emulator_torch``, after the streams), the FSDP ones when FSDP's modules finish importing.
 
 Emulated:
 
@@ -38,8 +38,8 @@ from typing import Any
 
 import _sm_emulator_cuda as cuda_emu
 import _sm_emulator_patches as patches
-from _sm_emulator_hooks import FSDP_MODULES  # the modules of the ``cuda-fsdp`` registry entries
 from _sm_emulator_log import log_once
+from _sm_emulator_names import FSDP_MODULES  # the modules of the ``cuda-fsdp`` registry entries
 
 
 def patch_accelerator(torch: Any) -> None:

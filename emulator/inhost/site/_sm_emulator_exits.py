@@ -31,7 +31,7 @@ import os
 import sys
 
 # From ``_sm_emulator_names`` (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms).
-from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, ENV_DLC, EXIT_PREFIX
+from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, ENV_DLC, ENV_DLC_GAPS, EXIT_PREFIX
 
 _COUNT = [0]
 _ENDED: list[object] = []  # the open file faulthandler writes to (kept open until the process ends)
@@ -78,16 +78,28 @@ def record(kind: str, exc: BaseException | None = None, tb: object = None, **ext
 
 
 def missing_module_hint(exc: BaseException) -> str | None:
-    """The ``[emulator]`` line for a ``ModuleNotFoundError`` that ends a rank: the top-level
-    package is neither the DLC's nor installed from the job's ``requirements.txt``, as on
-    SageMaker (the process fails there the same way). None for anything else."""
+    """The ``[emulator]`` line for a ``ModuleNotFoundError`` that ends a rank. Two cases: the DLC
+    ships the package but the emulator does not install it here (``EMULATOR_DLC_GAPS``: CUDA-only
+    builds, AWS binaries): the emulator's gap, the job would import it on SageMaker; otherwise the
+    package is neither the DLC's (every package of it that installs here is installed) nor installed
+    from the job's ``requirements.txt``, so the process fails on SageMaker the same way. None for
+    anything else (a submodule missing from an installed package)."""
     name = getattr(exc, "name", None)
     if not isinstance(exc, ModuleNotFoundError) or not name:
         return None
     top = name.split(".")[0]
     if top in sys.modules and top != name:  # a submodule of an installed package: not a package set matter
         return None
+    import json
+
     dlc = os.environ.get(ENV_DLC) or "the PyTorch DLC"
+    try:
+        gaps = json.loads(os.environ.get(ENV_DLC_GAPS) or "{}")
+    except ValueError:
+        gaps = {}
+    if isinstance(gaps, dict) and top in gaps:
+        return (f"No module named {top!r}: {dlc} ships it, but the emulator cannot install it here "
+                f"({gaps[top]}). This is the emulator's gap, not your job's: on SageMaker this import works.")
     return (f"No module named {top!r}: {dlc} does not ship it, and the job's requirements.txt did not install "
             f"it. On SageMaker this job fails here too: list the package that provides {top!r} in "
             "requirements.txt next to the entry point (the toolkit installs it before the script starts).")

@@ -3,35 +3,28 @@
 Only post-import hooks are registered here: torch is patched when ``import torch`` finishes,
 Lightning's DDP strategies when their modules finish executing, the toolkit's MPI-family
 runners and its training module when they do (``ci`` profile: short sleeps, no torch import in
-the toolkit). A process that never imports torch or Lightning imports nothing beyond
-``_sm_emulator_importhook``.
+the toolkit). A process that never imports torch or Lightning imports no patch module: only
+``_sm_emulator_importhook``, ``_sm_emulator_names`` and the two debugging recorders
+(``_sm_emulator_stacks``, ``_sm_emulator_exits``).
+
+Import direction: this module is the top of the in-host code's imports (in a host, only ``sitecustomize``
+imports it); the modules it registers never import it back.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-#: Lightning modules (2.x ``lightning``/``pytorch_lightning``/``lightning_fabric``, and 1.5's
-#: ``plugins.training_type``) whose DDP classes pick CUDA device ids: the modules of the
-#: ``lightning-ddp`` entries of ``_sm_emulator_patches`` (not imported here: it is not free, and
-#: most processes never import Lightning; tests/test_patch_registry.py keeps the two equal).
-LIGHTNING_DDP_MODULES = (
-    "pytorch_lightning.strategies.ddp",
-    "pytorch_lightning.plugins.training_type.ddp",
-    "pytorch_lightning.plugins.training_type.ddp_spawn",
-    "lightning.pytorch.strategies.ddp",
-    "lightning.fabric.strategies.ddp",
-    "lightning_fabric.strategies.ddp",
-)
-#: FSDP modules whose device choice is adjusted for emulated GPUs (registry: ``cuda-fsdp``; the
-#: same tuple as ``_sm_emulator_devices.FSDP_MODULES``, which is not imported here).
-FSDP_MODULES = ("torch.distributed.fsdp.fully_sharded_data_parallel", "torch.distributed.fsdp._init_utils",
-                "torch.distributed.fsdp._fully_shard._fsdp_init")
-#: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
-TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
-#: The toolkit module whose torch import ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`` avoids
-#: (registry: ``toolkit-torch-version``).
-TOOLKIT_TRAINING_MODULE = "sagemaker_pytorch_container.training"
+# The modules watched below, one tuple per patch registry group (``_sm_emulator_patches``; not
+# imported here: it is not free, and most processes never import torch or Lightning;
+# tests/jobs/test_patch_registry.py keeps each equal to its group's modules). They live in
+# ``_sm_emulator_names`` (already imported by ``sitecustomize``) because the patch modules read
+# them too (``_sm_emulator_devices``: ``FSDP_MODULES``), and a patch module never imports this
+# one, which imports them. Re-exported here as ``_sm_emulator_hooks.<NAME>``.
+try:  # in a host, the names module is top-level; in the emulator (tests), a sibling in the package
+    from _sm_emulator_names import FSDP_MODULES, LIGHTNING_DDP_MODULES, TOOLKIT_SLEEP_MODULES, TOOLKIT_TRAINING_MODULE
+except ImportError:
+    from ._sm_emulator_names import FSDP_MODULES, LIGHTNING_DDP_MODULES, TOOLKIT_SLEEP_MODULES, TOOLKIT_TRAINING_MODULE
 
 
 def _on_torch(module: ModuleType) -> None:
@@ -94,4 +87,4 @@ def install() -> None:
         when_imported(name, _on_fsdp)
 
 
-__all__ = ["install"]
+__all__ = ["FSDP_MODULES", "LIGHTNING_DDP_MODULES", "TOOLKIT_SLEEP_MODULES", "TOOLKIT_TRAINING_MODULE", "install"]

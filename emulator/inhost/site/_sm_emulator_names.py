@@ -52,6 +52,34 @@ STACKS_SIGNAL = 57
 #: The DLC the job stands for ("the PyTorch 2.2.0 DLC"): named by a rank's hint when an import
 #: fails with ModuleNotFoundError (``_sm_emulator_exits``).
 ENV_DLC = "EMULATOR_DLC"
+#: What the DLC ships that the emulator does not install here: a JSON object, top-level module ->
+#: why (``emulator.job.dlc.NOT_INSTALLABLE``); a rank's hint for such a module names the emulator's gap.
+ENV_DLC_GAPS = "EMULATOR_DLC_GAPS"
 #: The DLC's torch release ("1.12.1"; unset for ``current``): a critical patch that does not fit
 #: a different installed torch names the replacement (``_sm_emulator_patches``).
 ENV_DLC_TORCH = "EMULATOR_DLC_TORCH"
+
+# -- the modules the in-host hooks watch (in-host only: the emulator's side reads the patch registry) --
+# Here, not in ``_sm_emulator_hooks``, so the modules that patch them read them without importing
+# the hooks (which import those modules: an import cycle). Each is the set of modules of its patch
+# registry group (``_sm_emulator_patches``; tests/jobs/test_patch_registry.py keeps them equal).
+#: Lightning modules (2.x ``lightning``/``pytorch_lightning``/``lightning_fabric``, and 1.5's
+#: ``plugins.training_type``) whose DDP classes pick CUDA device ids (registry: ``lightning-ddp``).
+LIGHTNING_DDP_MODULES = (
+    "pytorch_lightning.strategies.ddp",
+    "pytorch_lightning.plugins.training_type.ddp",
+    "pytorch_lightning.plugins.training_type.ddp_spawn",
+    "lightning.pytorch.strategies.ddp",
+    "lightning.fabric.strategies.ddp",
+    "lightning_fabric.strategies.ddp",
+)
+#: FSDP modules whose device choice is adjusted for emulated GPUs (registry: ``cuda-fsdp``): FSDP v1's
+#: module, its ``_init_utils``, and FSDP2's ``_fsdp_init`` (``_sm_emulator_devices`` tells them apart
+#: by position).
+FSDP_MODULES = ("torch.distributed.fsdp.fully_sharded_data_parallel", "torch.distributed.fsdp._init_utils",
+                "torch.distributed.fsdp._fully_shard._fsdp_init")
+#: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
+TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
+#: The toolkit module whose torch import ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`` avoids
+#: (registry: ``toolkit-torch-version``).
+TOOLKIT_TRAINING_MODULE = "sagemaker_pytorch_container.training"

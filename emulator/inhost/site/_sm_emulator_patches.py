@@ -30,7 +30,7 @@ compiled with CUDA", "not emulated: torch.cuda.CUDAGraph" ...), a replacement is
 is the emulator's own implementation and does not call the original).
 
 The README's list of patches is generated from this module (``python -m emulator.inhost.patches
---markdown``; ``tests/test_patch_registry.py`` fails when they differ) and every entry is checked
+--markdown``; ``tests/jobs/test_patch_registry.py`` fails when they differ) and every entry is checked
 against the installed pinned packages by the same test (``--check`` runs that check here).
 
 Standard library only: imported in every host process that patches anything.
@@ -414,7 +414,7 @@ REGISTRY: tuple[Patch, ...] = tuple([
       for module in ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")],
     Patch("toolkit-torch-version", "sagemaker_pytorch_container.training", "_set_torch_version_environment",
           "()", "sagemaker-pytorch-training 3.0.0", "wrap"),
-    # The order is ``_sm_emulator_collectives.COLLECTIVES``' (tests/test_patch_registry.py checks both agree).
+    # The order is ``_sm_emulator_collectives.COLLECTIVES``' (tests/jobs/test_patch_registry.py checks both agree).
     *_table("collectives", _C10D, _TORCH, {
         "all_reduce": "(tensor, op=<RedOpType.SUM: 0>, group=None, async_op=False)",
         "broadcast": "(tensor, src=None, group=None, async_op=False, group_src=None)",

@@ -27,6 +27,7 @@ ENDED_PREFIX: str = _names.ENDED_PREFIX
 ENV_COLLECTIVES: str = _names.ENV_COLLECTIVES
 ENV_DIAG_DIR: str = _names.ENV_DIAG_DIR
 ENV_DLC: str = _names.ENV_DLC
+ENV_DLC_GAPS: str = _names.ENV_DLC_GAPS
 ENV_DLC_TORCH: str = _names.ENV_DLC_TORCH
 ENV_FAST_START: str = _names.ENV_FAST_START
 ENV_FAST_START_PRELOAD: str = _names.ENV_FAST_START_PRELOAD
@@ -46,7 +47,7 @@ STACKS_SIGNAL: int = _names.STACKS_SIGNAL
 #: Every ``EMULATOR_*`` name above; the plan never copies a caller's value of one into a host.
 EMULATOR_VARIABLES = (ENV_INHOST, ENV_GPU_COUNT, ENV_GPU_MODEL, ENV_GPU_MEMORY, ENV_DIAG_DIR,
                       ENV_SHORT_TOOLKIT_SLEEPS, ENV_FAST_START, ENV_FAST_START_PRELOAD, ENV_SMDDP_STRICT,
-                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC, ENV_DLC_TORCH)
+                      ENV_COLLECTIVES, ENV_TOOLKIT_SKIPS_TORCH_IMPORT, ENV_DLC, ENV_DLC_GAPS, ENV_DLC_TORCH)
 
 # -- in-host paths ------------------------------------------------------------------------------
 #: Where the in-host folder (the folders below) is mounted in docker containers.

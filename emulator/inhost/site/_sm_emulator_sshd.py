@@ -11,7 +11,7 @@ toolkit's ``ssh HOST touch /tmp/done.algo-1`` and Open MPI's default ``plm_rsh_a
 copy of those functions (the SDK v3 MPI driver's ``mpi_utils.py``).
 
 Emulated, as OpenSSH 9.2's ``sshd`` with ``UsePAM yes`` does it (checked against the real ``sshd``
-by ``tests/test_sshd_standin.py``):
+by ``tests/jobs/test_sshd_standin.py``):
 
 - ``sshd [-D] [-e] [-f CONFIG] [-p PORT]``; without ``-D`` it detaches. From ``sshd_config`` it
   reads ``Port``, ``ListenAddress``, ``HostKey`` and ``AuthorizedKeysFile`` (``%h``, ``%u``,

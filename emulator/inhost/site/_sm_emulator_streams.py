@@ -1,8 +1,8 @@
 """CUDA streams, events and NVTX markers on the CPU (emulated GPUs).
 
-Applied by ``_sm_emulator_cuda.patch`` when ``EMULATOR_GPU_COUNT`` > 0. Every operation of an
-emulated GPU runs synchronously on the CPU, so by the time Python gets control back everything
-queued on any stream has finished. Streams and events behave accordingly:
+Applied by ``_sm_emulator_torch`` (after ``torch.cuda``'s own patches) when ``EMULATOR_GPU_COUNT``
+> 0. Every operation of an emulated GPU runs synchronously on the CPU, so by the time Python gets
+control back everything queued on any stream has finished. Streams and events behave accordingly:
 
 Emulated:
 
@@ -308,7 +308,7 @@ def make_nvtx(torch: Any) -> dict[str, Any]:
 
 
 def patch(torch: Any) -> None:
-    """Install the stream, event and NVTX stand-ins (called by ``_sm_emulator_cuda.patch``)."""
+    """Install the stream, event and NVTX stand-ins (called by ``_sm_emulator_torch``)."""
     global Stream, Event
     Stream, Event = make_classes(torch)
     for name, value in (("Stream", Stream), ("Event", Event), ("current_stream", current_stream),

@@ -1,6 +1,7 @@
 """torch patches applied right after ``import torch`` finishes (never earlier).
 
-- CUDA on the CPU: see ``_sm_emulator_cuda`` (only when ``EMULATOR_GPU_COUNT`` > 0).
+- CUDA on the CPU: see ``_sm_emulator_cuda``, ``_sm_emulator_streams`` and ``_sm_emulator_devices``
+  (only when ``EMULATOR_GPU_COUNT`` > 0; applied in order by :func:`_patch_cuda`).
 - ``init_process_group("nccl")`` (also ``"cuda:nccl,cpu:gloo"`` forms) runs on gloo when the host
   has emulated GPUs; with 0 GPUs nothing is translated and torch fails as on a CPU instance.
   ``device_id=cuda:i`` and ``barrier(device_ids=...)`` are dropped for gloo groups.
@@ -112,8 +113,26 @@ def _patch_sampler(torch: Any) -> None:
     patches.wrap("diagnostics", torch.utils.data.distributed, "DistributedSampler.__init__", make_init)
 
 
+def _patch_cuda(torch: Any) -> None:
+    """CUDA on the CPU (once, only when ``EMULATOR_GPU_COUNT`` > 0), in this order: ``torch.cuda``
+    itself, its streams, events and NVTX (``_sm_emulator_streams``), the ``torch._C`` accelerator
+    hooks (``_sm_emulator_devices``), then tensors, factories and DDP. This module owns the order;
+    those modules import each other only downwards (devices -> streams -> cuda)."""
+    if getattr(torch, "_sm_emulator_cuda", False) or _sm_emulator_cuda.gpu_count() == 0:
+        return
+    torch._sm_emulator_cuda = True
+    _sm_emulator_cuda.patch_torch_cuda(torch)
+    import _sm_emulator_streams
+
+    _sm_emulator_streams.patch(torch)
+    import _sm_emulator_devices
+
+    _sm_emulator_devices.patch_accelerator(torch)
+    _sm_emulator_cuda.patch_tensors(torch)
+
+
 def patch_torch(torch: ModuleType) -> None:
     """Called once ``torch`` has finished importing."""
-    _sm_emulator_cuda.patch(torch)
+    _patch_cuda(torch)
     _patch_distributed(torch)
     _patch_sampler(torch)
