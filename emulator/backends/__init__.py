@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import RequestError
-from .base import AUTO, Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime
+from .base import AUTO, Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime, World
 
 #: The backends by name; ``auto`` (the default everywhere) picks one of them (:mod:`.choose`).
 BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
@@ -14,7 +14,7 @@ BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
 DEFAULT_BACKEND = AUTO
 
 __all__ = ["AUTO", "BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
-           "LaunchSpec", "Mount", "Runtime", "get_backend"]
+           "LaunchSpec", "Mount", "Runtime", "World", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:

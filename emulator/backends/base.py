@@ -102,6 +102,16 @@ class LaunchSpec:
                 "hosts": [h.to_dict() for h in self.hosts]}
 
 
+@dataclass(frozen=True)
+class World:
+    """What a job can import, read from what is installed (never guessed from names): the
+    top-level modules of the DLC image's packages as the backend installed them, and of what the
+    job's ``requirements.txt`` installed on top (see :mod:`emulator.preflight`)."""
+
+    modules: frozenset[str]
+    requirements: frozenset[str] = frozenset()
+
+
 class HostHandle(Protocol):
     """A running host. Methods never raise for a host that has already exited; ``signal`` does
     nothing to a host that :meth:`JobHandle.keep` handed off."""
@@ -201,6 +211,11 @@ class Backend(Protocol):
 
     def job_python(self, request: JobRequest) -> str | None:
         """The interpreter ``prepare_python`` gives this job, predicted without side effects."""
+
+    def job_world(self, request: JobRequest) -> World | None:
+        """What the job can import (:class:`World`), once what the backend installs for it is there
+        (process: the framework layers and the job environment; docker: the image and the
+        wheelhouse); None before. Reads only."""
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         """Make the job's interpreter ready where the backend runs hosts on this machine's Python

@@ -2,33 +2,24 @@
 
 The toolkit installs ``requirements.txt`` with ``python -m pip install -r`` into the interpreter
 that runs it. Never the user's own environment: hosts run a *job environment* — a venv whose
-``.pth`` adds the family's *DLC view* (:mod:`emulator.backends.dlcview`: links to only the distributions
-installed here that the family's DLC ships or hosts need, and their requirements) after the venv's
-own site-packages. The user's other packages (Lightning, transformers, pytest, ...) are invisible,
-as on SageMaker, unless the requirements install them; the user's torch is reused only where it is
-the family's. A ``framework_version`` adds the family's torch (and its pins, e.g. ``numpy<2``) to
-the job first. Environments are cached by the hash of the requirements, the framework pins, the
-view and the user's interpreter, prepared once under a file lock (parallel jobs and pytest-xdist
-workers share them); one without requirements or pins costs a ``python -m venv`` once.
+``.pth`` adds the *framework layers* of the job's DLC image (:mod:`emulator.backends.layers`: the
+image's packages, then its torch builds) after the venv's own site-packages. Nothing installed on
+this machine is visible (Lightning, transformers, pytest, ...), as on SageMaker, unless the
+requirements install it. Environments are cached by the hash of the requirements, the layers and
+this interpreter, prepared once under a file lock (parallel jobs and pytest-xdist workers share
+them); one without requirements costs a ``python -m venv`` once (the layers are made once per
+machine). Environments whose interpreter no longer exists (a removed clone's or CI run's venv) are
+removed when the next one is made. The hosts' own ``pip install`` then finds everything installed
+and needs no network. If the requirements fail, the job still runs, in a fresh throwaway venv, so
+the toolkit's own install fails inside the hosts exactly as on SageMaker (``InstallModuleError``);
+if a layer cannot be installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the
+DLC would have had it).
 
-The family's torch is not installed into each environment: it is a *framework layer*
-(``~/.cache/sagemaker-emulator/frameworks/<key>``: ``pip install --target`` of the pins, keyed by
-the pins, the Python release and the machine only), made once per machine and shared by every job
-environment of that family, whichever interpreter or clone made it (PyPI's CUDA builds are 2 to
-5 GB each). A job environment's ``.pth`` puts the layer before the view; its own site-packages
-(what the requirements install) comes first, so a requirement that replaces torch shadows the
-layer, which pip never modifies (it is outside the environment). Environments whose interpreter
-no longer exists (a removed clone's or CI run's venv) are removed when the next one is made. The hosts'
-own ``pip install`` then finds everything installed and needs no network. If the requirements
-fail, the job still runs, in a fresh throwaway venv, so the toolkit's own install fails inside
-the hosts exactly as on SageMaker (``InstallModuleError``); if the framework's torch cannot be
-installed, nothing starts (:class:`~emulator.errors.BackendUnavailable`: the DLC would have had it).
-
-When the requirements replace a package the DLC pins (torch, numpy, torchvision, ...: the family's
-requirement, constraints and :attr:`~emulator.job.frameworks.Family.packages`), pip does so on
-SageMaker too (its ``pip install -r`` runs in the DLC). The environment records each replacement
-(package, both versions, the requirement that pulled it, from pip's ``Collecting X (from Y)``
-lines) and :func:`replacement_notes` says it once per job before the ranks start.
+When the requirements replace a package the DLC ships (torch, numpy, torchvision, pandas, ...:
+:attr:`emulator.job.dlc.Image.distributions`), pip does so on SageMaker too (its ``pip install -r``
+runs in the DLC). The environment records each replacement (package, both versions, the
+requirement that pulled it, from pip's ``Collecting X (from Y)`` lines) and
+:func:`replacement_notes` says it once per job before the ranks start.
 """
 
 from __future__ import annotations
@@ -37,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -47,22 +37,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..cache import cache_dir
-from ..errors import BackendUnavailable
-from ..job.frameworks import canonical_name
-from . import dlcview
+from ..job.dlc import InstallSet, canonical_name
+from . import layers as framework_layers
 
 if TYPE_CHECKING:
-    from ..job.frameworks import Family, Selection
+    from ..job.request import JobRequest
 
 CACHE = cache_dir("envs")
-#: Framework layers: the family's torch and pins, shared by job environments (module docstring).
-LAYERS = cache_dir("frameworks")
-#: Changes when what a framework layer holds changes.
-LAYER_LAYOUT = "1"
 #: A job environment's record of the interpreter that made it (removed once that is gone).
 ORIGIN = ".sagemaker-emulator-origin"
-#: A job environment's ``.pth`` naming what it sees after its own site-packages: the layer, the view.
-PTH = "_sagemaker_emulator_dlc_view.pth"
+#: A job environment's ``.pth`` naming what it sees after its own site-packages: the framework layers.
+PTH = "_sagemaker_emulator_layers.pth"
 #: How long preparing one job environment may take.
 PREPARE_TIMEOUT = 1800
 
@@ -84,16 +69,15 @@ if ("install" in _ARGV and not os.environ.get("_SM_EMULATOR_PIP_LOCKED")
     os.environ["_SM_EMULATOR_PIP_LOCKED"] = "1"
 """
 
-def _create(venv: Path, view: Path, layer: Path | None = None) -> Path:
-    """A new job environment at ``venv`` seeing ``layer`` (the framework's torch), then ``view``."""
+def _create(venv: Path, layers: list[framework_layers.Layer]) -> Path:
+    """A new job environment at ``venv`` seeing ``layers`` (in ``sys.path`` order)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     (venv / ORIGIN).write_text(sys.prefix)
     python = venv / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    seen = [str(p) for p in (layer, view) if p is not None]
-    Path(purelib, PTH).write_text("".join(f"{p}\n" for p in seen))
+    Path(purelib, PTH).write_text("".join(framework_layers.addsitedir_line(layer.path) for layer in layers))
     Path(purelib, "_sagemaker_emulator_pip_lock.py").write_text(_PIP_LOCK_MODULE)
     Path(purelib, "_sagemaker_emulator_pip_lock.pth").write_text("import _sagemaker_emulator_pip_lock\n")
     # As in a DLC, `pip` and `torchrun` next to `python3` run this interpreter (SDK v3's
@@ -104,11 +88,33 @@ def _create(venv: Path, view: Path, layer: Path | None = None) -> Path:
         script.write_text(f"#!{python}\nimport runpy, sys\nsys.argv[0] = {name!r}\n"
                           f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
         script.chmod(0o755)
+    _console_scripts(venv / "bin", python, layers)
     return python
 
 
+def _console_scripts(bin_dir: Path, python: Path, layers: list[framework_layers.Layer]) -> None:
+    """The console scripts of the layers' distributions (``accelerate``, ``deepspeed``, ``mlflow``,
+    ...), as the DLC has them on ``PATH``, running this interpreter (a layer keeps no ``bin/``)."""
+    from importlib import metadata
+
+    for dist in metadata.distributions(path=[str(layer.path) for layer in layers]):
+        for entry in dist.entry_points.select(group="console_scripts"):
+            script = bin_dir / entry.name
+            if script.exists() or "/" in entry.name:
+                continue
+            module, _, attr = entry.value.partition(":")
+            call = f"getattr(importlib.import_module({module.strip()!r}), {attr.split('.')[0].strip()!r})"
+            for part in attr.strip().split(".")[1:]:
+                call = f"getattr({call}, {part!r})"
+            script.write_text(f"#!{python}\nimport importlib, sys\nsys.argv[0] = {entry.name!r}\n"
+                              f"sys.exit({call}())\n" if attr else
+                              f"#!{python}\nimport runpy, sys\nrunpy.run_module({module.strip()!r}, "
+                              "run_name='__main__', alter_sys=True)\n")
+            script.chmod(0o755)
+
+
 #: Changes when what a job environment holds changes (so older cached ones are not reused).
-LAYOUT = b"6"
+LAYOUT = b"7"
 
 
 def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path | None:
@@ -119,39 +125,26 @@ def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path 
     return req if req is not None and req.is_file() else None
 
 
-def framework_pins(selection: Selection | None) -> tuple[str, ...]:
-    """What a job environment installs for ``selection``: the family's torch and its pins
-    (nothing for no framework or ``current``: the user's torch)."""
-    if selection is None or selection.family is None:
-        return ()
-    return (selection.family.requirement, *selection.family.constraints)
+def install_of(request: JobRequest) -> InstallSet:
+    """What the job's DLC image installs (:func:`emulator.job.frameworks.install_for`), with the
+    torch index :data:`~emulator.job.dlc.TORCH_INDEX_VAR` names where it is set."""
+    from ..job import dlc, frameworks
+
+    return frameworks.install_for(request.framework, request.instance_groups[0].type,
+                                  torch_index=os.environ.get(dlc.TORCH_INDEX_VAR) or None)
 
 
-def family_of(framework: tuple[str, ...]) -> Family | None:
-    """The family whose pins ``framework`` is (:func:`framework_pins`; None: ``current``)."""
-    from ..job import frameworks
-
-    return next((f for f in frameworks.FAMILIES if framework and f.requirement == framework[0]), None)
-
-
-def view_of(selection: Selection | None) -> Path:
-    """The DLC view the job environments of a framework selection see (made by :func:`prepare`)."""
-    return dlcview.path(family_of(framework_pins(selection)))
-
-
-def _key(req: Path | None, pins: tuple[str, ...] = ()) -> str:
+def _key(req: Path | None, install: InstallSet) -> str:
     data = LAYOUT + (req.read_bytes() if req is not None else b"") + sys.prefix.encode() + sys.version.encode()
-    data += b"\0view\0" + dlcview.key(family_of(pins)).encode()
-    if pins:
-        data += b"\0framework\0" + "\n".join(pins).encode()
+    data += b"\0layers\0" + "\0".join(layer.path.name for layer in framework_layers.layers(install)).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def interpreter(source_dir: Path, requirements: Path | None = None, *, framework: tuple[str, ...] = ()) -> str:
+def interpreter(source_dir: Path, requirements: Path | None, install: InstallSet) -> str:
     """The interpreter a job whose source is ``source_dir`` runs with (reads only): the cached job
-    environment's for its requirements file and ``framework`` pins (made by :func:`prepare`)."""
+    environment's for its requirements file and ``install``'s layers (made by :func:`prepare`)."""
     req = requirements_of(source_dir, requirements)
-    return str(CACHE / _key(req, framework) / "bin" / "python")
+    return str(CACHE / _key(req, install) / "bin" / "python")
 
 
 def is_ready(python: str) -> bool:
@@ -185,9 +178,6 @@ def _pip(python: Path, args: list[str], log: Path, cwd: Path, env: Mapping[str, 
 
 #: Where a job environment records what its requirements replaced (a JSON list).
 REPLACED = ".sagemaker-emulator-replaced.json"
-#: Packages watched when no family is named (``current``): what every DLC pins.
-_ALWAYS_WATCHED = ("torch", "numpy", "torchvision", "torchaudio", "sagemaker-training", "sagemaker-pytorch-training",
-                   "mpi4py")
 
 
 def _dist_name(requirement: str) -> str:
@@ -196,10 +186,9 @@ def _dist_name(requirement: str) -> str:
     return canonical_name(Requirement(requirement).name)
 
 
-def watched(framework: tuple[str, ...]) -> tuple[str, ...]:
-    """Distributions whose replacement by the requirements is reported: the DLC's pins."""
-    fam = family_of(framework)
-    names = [*_ALWAYS_WATCHED, *(_dist_name(r) for r in framework), *(fam.packages if fam is not None else ())]
+def watched(install: InstallSet) -> tuple[str, ...]:
+    """Distributions whose replacement by the requirements is reported: what the DLC ships."""
+    names = [*(_dist_name(r) for r in install.torch), *sorted(install.image.distributions)]
     return tuple(dict.fromkeys(n for n in names if n))
 
 
@@ -276,20 +265,20 @@ def _newer(a: str, b: str) -> bool:
     return key(a) > key(b)
 
 
-def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | None = None,
-            env: Mapping[str, str] | None = None, framework: tuple[str, ...] = ()) -> tuple[str, bool]:
+def prepare(source_dir: Path, scratch: Path, log: Path, install: InstallSet, *, requirements: Path | None = None,
+            env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """Return ``(python, prepared)`` for a job whose source is ``source_dir``.
 
     The cached job environment's interpreter (:func:`interpreter`), making it first if needed: the
-    family's DLC view, the venv, then the pins and the requirements (pip's output to ``log``; pip
-    runs with ``env``: the supervisor passes the hosts' environment, so nothing of the caller's
-    reaches it; default: this process's).
-    Raises :class:`~emulator.errors.BackendUnavailable` when the pins cannot be installed.
+    framework layers of ``install`` (once per machine), the venv, then the requirements (pip's
+    output to ``log``; pip runs with ``env``: the supervisor passes the hosts' environment, so
+    nothing of the caller's reaches it; default: this process's).
+    Raises :class:`~emulator.errors.BackendUnavailable` when a layer cannot be installed.
     """
     req = requirements_of(source_dir, requirements)
-    view = dlcview.ensure(family_of(framework))
     cwd = req.parent if req is not None else source_dir
-    key = _key(req, framework)
+    layers = framework_layers.ensure(install, log, env=env)
+    key = _key(req, install)
     CACHE.mkdir(parents=True, exist_ok=True)
     venv = CACHE / key
     with open(CACHE / f"{key}.lock", "w") as lock:
@@ -298,9 +287,8 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(venv / "bin" / "python"), True
         shutil.rmtree(venv, ignore_errors=True)
         _sweep()
-        layer = _layer(framework, log, cwd, env) if framework else None
-        python = _create(venv, view, layer)
-        names = watched(framework)
+        python = _create(venv, layers)
+        names = watched(install)
         before = _versions(python, names) if req is not None else {}
         start = log.stat().st_size if log.exists() else 0
         if req is None or _pip(python, ["-r", str(req)], log, cwd, env) == 0:
@@ -314,46 +302,32 @@ def prepare(source_dir: Path, scratch: Path, log: Path, *, requirements: Path | 
             return str(python), True
         shutil.rmtree(venv, ignore_errors=True)
     throwaway = scratch / "jobenv"
-    return str(_create(throwaway, view, layer)), False
+    return str(_create(throwaway, layers)), False
+
+
+def requirement_modules(python: str) -> frozenset[str] | None:
+    """Top-level modules of what the job's requirements installed into the job environment of
+    ``python`` (its own site-packages; read from the installed files); None until it is made."""
+    from .manifest import manifest
+
+    venv = Path(python).parent.parent
+    if not is_ready(python) or Path(python) == Path(sys.executable):
+        return None
+    folders = [str(p) for p in venv.glob("lib/python*/site-packages")]
+    return frozenset(manifest([*folders])["modules"])
+
+
+def layer_folders(venv: Path) -> list[str]:
+    """The framework layers a job environment sees (from its ``.pth``), in ``sys.path`` order."""
+    out = []
+    for pth in venv.glob(f"lib/python*/site-packages/{PTH}"):
+        out += re.findall(r"site\.addsitedir\('([^']+)'\)", pth.read_text())
+    return out
 
 
 def _own_folders(venv: Path) -> list[str]:
-    """Where a job environment's own packages are: its site-packages, then its framework layer."""
-    folders = [str(p) for p in venv.glob("lib/python*/site-packages")]
-    for folder in list(folders):
-        pth = Path(folder, PTH)
-        if pth.is_file():
-            folders += [line for line in pth.read_text().splitlines()
-                        if line.startswith(str(LAYERS) + os.sep)]
-    return folders
-
-
-def _layer_key(pins: tuple[str, ...]) -> str:
-    data = "\0".join([LAYER_LAYOUT, *pins, sys.implementation.name, f"{sys.version_info[0]}.{sys.version_info[1]}",
-                      platform.machine()])
-    return hashlib.sha256(data.encode()).hexdigest()[:16]
-
-
-def _layer(pins: tuple[str, ...], log: Path, cwd: Path, env: Mapping[str, str] | None) -> Path:
-    """The framework layer holding ``pins`` (module docstring), installed first if needed (pip's
-    output to ``log``). Raises :class:`~emulator.errors.BackendUnavailable` when pip fails."""
-    key = _layer_key(pins)
-    LAYERS.mkdir(parents=True, exist_ok=True)
-    layer, part = LAYERS / key, LAYERS / f"{key}.part"
-    with open(LAYERS / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (layer / ".ready").exists():
-            return layer
-        shutil.rmtree(part, ignore_errors=True)
-        shutil.rmtree(layer, ignore_errors=True)
-        # pip of this interpreter (pip ignores what is installed when given --target).
-        if _pip(Path(sys.executable), ["--target", str(part), *pins], log, cwd, env) != 0:
-            shutil.rmtree(part, ignore_errors=True)
-            raise BackendUnavailable(f"could not install {' '.join(pins)} into the job environment "
-                                     f"(the DLC's torch); pip's output: {log}")
-        (part / ".ready").touch()
-        part.rename(layer)
-    return layer
+    """Where a job environment's own packages are: its site-packages, then its framework layers."""
+    return [*(str(p) for p in venv.glob("lib/python*/site-packages")), *layer_folders(venv)]
 
 
 def _sweep() -> None:

@@ -43,7 +43,7 @@ from ...console import RAW_SUFFIX
 from ...errors import BackendUnavailable
 from ...inhost import protocol as P
 from ...job.toolkit_model import TOOLKIT_VERSION
-from ..base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, host_addresses, hosts_file
+from ..base import HostLaunch, LaunchSpec, Mount, Runtime, SubnetTaken, World, host_addresses, hosts_file
 from . import engine, files, reaper
 from .names import (
     DEFAULT_IMAGE,
@@ -77,9 +77,9 @@ KILL_WAIT = 10.0  # seconds to wait for a container after SIGKILL
 POLL_INTERVAL = 0.1
 
 def resolve_image(image: str | None) -> str:
-    """The image a host runs when no framework version is asked: the emulator image for none or a
-    PyTorch DLC URI (``pytorch-training``, ``pytorch`` from 2.11 on), else ``image`` as given.
-    A job's image also follows its framework version: :func:`emulator.backends.docker.images.planned`."""
+    """The image :meth:`DockerBackend.check` looks for: the default image for none or a PyTorch DLC
+    URI, else ``image`` as given. A job's image follows its DLC image:
+    :func:`emulator.backends.docker.images.planned`."""
     from ...job.frameworks import is_dlc_image
 
     if not image or is_dlc_image(image):
@@ -398,13 +398,13 @@ class DockerBackend:
         toolkit: str | None = TOOLKIT_VERSION
         tag: str | None = None  # AlgorithmSpecification.TrainingImage when the request names none
         if request is not None:
+            from ...job import frameworks
             from . import images
 
             image = images.planned(request)
             found = images.facts(image.tag) if image.built else None
             toolkit = (found.training_toolkit if found is not None else
-                       image.family.toolkit[0] if image.family is not None else
-                       None if image.own else TOOLKIT_VERSION)
+                       None if image.dlc is None else frameworks.family(image.dlc.family).toolkit[0])
             tag = image.tag
         return Runtime(python="python3", train_command=("train",), inhost_root=INHOST_ROOT,
                        base_env={}, path=IMAGE_PATH, toolkit=toolkit, training_image=tag)
@@ -436,6 +436,24 @@ class DockerBackend:
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         return None  # the toolkit installs requirements.txt inside the containers
 
+    def job_world(self, request: JobRequest) -> World | None:
+        """The image's manifest (probed) and the top-level modules of the wheelhouse's wheels (what
+        the hosts' pip installs of the requirements); None before ``prepare``."""
+        from .. import jobenv
+        from . import images, wheelhouse
+
+        image = images.planned(request)
+        found = images.facts(image.tag) if image.built else None
+        if found is None or found.modules is None:
+            return None
+        req = jobenv.requirements_of(request.source_dir, request.requirements_file)
+        if req is None:
+            return World(found.modules)
+        house = wheelhouse.lookup(req, image.tag)
+        if house is None or not house.resolved:
+            return None
+        return World(found.modules, wheelhouse.modules(house))
+
     @staticmethod
     def _job_image(plan: JobPlan) -> tuple[JobImage, list[Mount], dict[str, Any], list[str]]:
         """The image, the wheelhouse mounts, ``Emulator.Framework`` and what ``prepare`` still has
@@ -450,11 +468,11 @@ class DockerBackend:
         found = images.facts(image.tag) if image.built else None
         if found is None and image.built:
             pending.append(f"{image.tag} is probed for its torch, Python and toolkits before the job starts")
-        fam = image.family
+        fam = frameworks.family(image.dlc.family) if image.dlc is not None else None
         framework = frameworks.record(
             request.framework, torch=found.torch if found else fam.torch if fam else None,
             python=found.python if found else fam.python if fam else None,
-            toolkit=found.toolkit if found else fam.toolkit if fam else None)
+            toolkit=found.toolkit if found else fam.toolkit if fam else None, image=image.dlc)
         mounts: list[Mount] = []
         req = jobenv.requirements_of(request.source_dir, request.requirements_file)
         house = wheelhouse.lookup(req, image.tag) if req is not None and image.built else None

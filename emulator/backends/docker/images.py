@@ -1,18 +1,21 @@
-"""Which docker image a job runs, and building a framework family's image on first use.
+"""Which docker image a job runs, and building a DLC image's stand-in on first use.
 
-No ``framework_version`` (or ``"current"``) runs the default image, ``sagemaker-emulator:latest``,
-exactly as before. A framework family (:mod:`emulator.job.frameworks`) runs
-``sagemaker-emulator:torch<family>-<hash of its inputs>``, built by ``docker/build.py
---framework <family>`` the first time it is needed (progress lines and an estimate on the
-console, the full output in a log file), then reused; ``nox -s image -- --framework 1.12`` builds
-it ahead. The build needs this project's ``docker/`` folder (a source checkout).
+A job runs the emulator's image of its DLC (:attr:`emulator.job.request.JobRequest.dlc_image`:
+the framework family, the instance type's CPU or GPU image, Hugging Face): tagged
+``sagemaker-emulator:<image id>-<hash of its inputs>``, built by ``docker/build.py --image <id>``
+the first time it is needed (progress lines and an estimate on the console, the full output in a
+log file), then reused. No DLC named (``current``) runs ``sagemaker-emulator:latest``, the image of
+:data:`emulator.job.dlc.CURRENT_IMAGE` that ``nox -s image`` builds and tags (so a job from an
+installed emulator without the ``docker/`` folder or a docker CLI, e.g. in a CI container, runs it).
+A DLC's image build needs this project's ``docker/`` folder (a source checkout). A user's own image
+(an ``image_uri`` that is no PyTorch DLC) runs as given.
 
 :func:`planned` says which image a job runs without side effects (the launch spec and ``plan``
-use it; a family image not built yet is named by the tag it will get); :func:`ensure` builds it
-(the docker backend's ``prepare``, before anything of the job exists). A user's own image (an
-``image_uri`` that is no PyTorch DLC) runs as given. :func:`probe` reads once per image id which
-torch, Python and toolkits an image really holds (a helper container with no network; cached), so
-``job.json`` reports them and the launcher prediction follows the image's toolkit.
+use it; an image not built yet is named by the tag it will get); :func:`ensure` builds it (the
+docker backend's ``prepare``, before anything of the job exists). :func:`probe` reads once per
+image id which torch, Python and toolkits an image really holds and its manifest (what its
+site-packages provide; a helper container with no network; cached), so ``job.json`` reports them,
+the launcher prediction follows the image's toolkit and the preflight knows the job's world.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from typing import TYPE_CHECKING
 
 from ...cache import cache_dir
 from ...errors import BackendUnavailable
-from ...job import frameworks
-from ...job.frameworks import Family, Selection
+from ...job import dlc, frameworks
+from .. import manifest
 from . import engine
 from . import reaper as helpers
 from .names import DEFAULT_IMAGE
@@ -63,15 +66,14 @@ def _build_module() -> ModuleType:
     return module
 
 
-def family_image(fam: Family) -> str | None:
-    """The tag of ``fam``'s image if it is built for the current inputs, else None."""
-    build = _build_module()
-    tag = build.family_tag(fam)
+def built_image(image: dlc.Image) -> str | None:
+    """The tag of ``image``'s stand-in if it is built for the current inputs, else None."""
+    tag = _build_module().image_tag(frameworks.install_set(image))
     return tag if tag and _image_id(tag) else None
 
 
-def _run_build(fam: Family, log: Path, say: Callable[[str], None]) -> None:
-    cmd = [sys.executable, str(BUILD_SCRIPT), "--framework", fam.name]
+def _run_build(image: dlc.Image, log: Path, say: Callable[[str], None]) -> None:
+    cmd = [sys.executable, str(BUILD_SCRIPT), "--image", image.id]
     # Its own session: Ctrl-C or SIGTERM here stops the whole build (and its docker CLI calls).
     with log.open("w") as out, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -88,33 +90,30 @@ def _run_build(fam: Family, log: Path, say: Callable[[str], None]) -> None:
         status = proc.wait()
     if status != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise BackendUnavailable(f"building the torch {fam.name} image failed (exit {status}); "
+        raise BackendUnavailable(f"building the image of {image.label} failed (exit {status}); "
                                  f"full log: {log}\n{tail}")
 
 
-def image_for(selection: Selection | None, *, say: Callable[[str], None] = print) -> str:
-    """The image every host of a job with ``selection`` runs; builds a family image once (under
-    a lock, so parallel jobs wait for one build)."""
-    if selection is None or selection.family is None:
-        return DEFAULT_IMAGE
-    fam = selection.family
-    tag = family_image(fam)
+def build(image: dlc.Image, *, say: Callable[[str], None] = print) -> str:
+    """The tag of ``image``'s stand-in, built first if needed (once, under a lock: parallel jobs
+    wait for one build)."""
+    tag = built_image(image)
     if tag:
         return tag
     LOGS.mkdir(parents=True, exist_ok=True)
-    with open(LOGS / f"{fam.tag_name}.lock", "w") as lock:
+    with open(LOGS / f"{image.id}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        tag = family_image(fam)
+        tag = built_image(image)
         if tag:
             return tag
-        minutes = _build_module().estimate(fam)
-        log = LOGS / f"{fam.tag_name}.log"
-        say(f"building the torch {fam.name} image (≈ {minutes} min, once); log: {log}")
-        _run_build(fam, log, say)
-    tag = family_image(fam)
+        minutes = _build_module().estimate(frameworks.install_set(image))
+        log = LOGS / f"{image.id}.log"
+        say(f"building the image of {image.label} (≈ {minutes} min, once); log: {log}")
+        _run_build(image, log, say)
+    tag = built_image(image)
     if tag is None:
-        raise BackendUnavailable(f"the torch {fam.name} image was built but its tag is missing; "
-                                 f"see {LOGS / (fam.tag_name + '.log')}")
+        raise BackendUnavailable(f"the image of {image.label} was built but its tag is missing; "
+                                 f"see {LOGS / (image.id + '.log')}")
     return tag
 
 
@@ -122,48 +121,51 @@ def image_for(selection: Selection | None, *, say: Callable[[str], None] = print
 class JobImage:
     """The image every host of a job runs, as :func:`planned` finds it (reads only)."""
 
-    tag: str  #: what the hosts run (a family image not built yet: the tag it will get)
-    family: Family | None  #: the DLC family it stands for (None: the default or the user's image)
-    own: bool  #: the user's own image (``image_uri`` that is no PyTorch DLC): runs as given
-    built: bool  #: False: a family image :func:`ensure` still has to build
+    tag: str  #: what the hosts run (an image not built yet: the tag it will get)
+    dlc: dlc.Image | None  #: the DLC image it stands for (None: the user's own image)
+    built: bool  #: False: :func:`ensure` still has to build it
+
+    @property
+    def own(self) -> bool:
+        """The user's own image (``image_uri`` that is no PyTorch DLC): runs as given."""
+        return self.dlc is None
 
     @property
     def pending(self) -> str | None:
         """What :func:`ensure` will do first, for ``plan`` (None: nothing)."""
-        if self.built or self.family is None:
+        if self.built or self.dlc is None:
             return None
-        minutes = _build_module().estimate(self.family)
-        return (f"the torch {self.family.name} image is built before the job starts (≈ {minutes} "
-                f"min, once); its tag and ENV are shown here once it is built")
+        minutes = _build_module().estimate(frameworks.install_set(self.dlc))
+        return (f"the image of {self.dlc.label} is built before the job starts (≈ {minutes} min, once); "
+                "its tag and ENV are shown here once it is built")
 
 
 def planned(request: JobRequest) -> JobImage:
-    """The image ``request``'s hosts run: the user's own image as given; for a PyTorch DLC URI or
-    a ``framework_version``, that family's image; else (nothing asked, ``current``, a DLC URI
-    without a version) the default image. Reads only."""
+    """The image ``request``'s hosts run: the user's own image as given; else the stand-in of the
+    job's DLC image (:attr:`~emulator.job.request.JobRequest.dlc_image`). Reads only."""
     if request.image_uri and not frameworks.is_dlc_image(request.image_uri):
-        return JobImage(request.image_uri, None, True, True)
+        return JobImage(request.image_uri, None, True)
+    image = request.dlc_image
     selection = request.framework
-    if selection is None or selection.family is None:
-        return JobImage(DEFAULT_IMAGE, None, False, True)
-    fam = selection.family
-    tag = family_image(fam)
+    if selection is None or selection.family is None:  # no DLC named: the default image, as `nox -s image` tags it
+        return JobImage(DEFAULT_IMAGE, image, True)
+    tag = built_image(image)
     if tag is not None:
-        return JobImage(tag, fam, False, True)
-    future = _build_module().family_tag(fam)
-    return JobImage(future or f"sagemaker-emulator:{fam.tag_name}-<inputs hash>", fam, False, False)
+        return JobImage(tag, image, True)
+    future = _build_module().image_tag(frameworks.install_set(image))
+    return JobImage(future or f"sagemaker-emulator:{image.id}-<inputs hash>", image, False)
 
 
 def ensure(request: JobRequest, *, say: Callable[[str], None] = print) -> str:
-    """The image ``request``'s hosts run (:func:`planned`), built first if it is a family image
-    that is not built yet."""
+    """The image ``request``'s hosts run (:func:`planned`), built first if needed."""
     image = planned(request)
-    return image.tag if image.built else image_for(request.framework, say=say)
+    return image.tag if image.built or image.dlc is None else build(image.dlc, say=say)
 
 
 # -- what an image holds -------------------------------------------------------------------------
 PROBES = LOGS.parent / "probes"
-#: Run by the image's own python3 (3.8 and later): its torch, Python and toolkits.
+#: Run by the image's own python3 (3.8 and later): its torch, Python and toolkits, and the top-level
+#: modules of its manifest (an image docker/build.py made; None for another image).
 PROBE = ("import json, platform\n"
          "from importlib import metadata\n"
          "def v(name):\n"
@@ -171,8 +173,13 @@ PROBE = ("import json, platform\n"
          "        return metadata.version(name)\n"
          "    except metadata.PackageNotFoundError:\n"
          "        return None\n"
+         "try:\n"
+         f"    modules = json.load(open({manifest.IMAGE_PATH!r}))['modules']\n"
+         "except (OSError, ValueError, KeyError):\n"
+         "    modules = None\n"
          "print(json.dumps({'torch': v('torch'), 'python': platform.python_version(),\n"
-         "                  'toolkit': [v('sagemaker-training'), v('sagemaker-pytorch-training')]}))\n")
+         "                  'toolkit': [v('sagemaker-training'), v('sagemaker-pytorch-training')],\n"
+         "                  'modules': modules}))\n")
 PROBE_TIMEOUT = 120.0
 
 
@@ -183,6 +190,8 @@ class ImageFacts:
     torch: str | None
     python: str | None
     toolkit: tuple[str | None, str | None] | None
+    #: Top-level modules the image's site-packages provide (its manifest); None: not known.
+    modules: frozenset[str] | None = None
 
     @property
     def training_toolkit(self) -> str | None:
@@ -207,7 +216,9 @@ def facts(image: str) -> ImageFacts | None:
         return None
     data = json.loads(path.read_text())
     kit = data.get("toolkit")
-    return ImageFacts(data.get("torch"), data.get("python"), (kit[0], kit[1]) if kit else None)
+    modules = data.get("modules")
+    return ImageFacts(data.get("torch"), data.get("python"), (kit[0], kit[1]) if kit else None,
+                      frozenset(modules) if isinstance(modules, list) else None)
 
 
 def probe(image: str) -> ImageFacts:
@@ -229,12 +240,11 @@ def probe(image: str) -> ImageFacts:
     path = PROBES / f"{image_id.replace(':', '-')}.json"
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"image": image, "torch": data.get("torch"), "python": data.get("python"),
-                               "toolkit": data.get("toolkit")}))
+                               "toolkit": data.get("toolkit"), "modules": data.get("modules")}))
     tmp.replace(path)
     result = facts(image)
     assert result is not None
     return result
 
 
-__all__ = ["DEFAULT_IMAGE", "ImageFacts", "JobImage", "ensure", "facts", "family_image", "image_for",
-           "planned", "probe"]
+__all__ = ["DEFAULT_IMAGE", "ImageFacts", "JobImage", "build", "built_image", "ensure", "facts", "planned", "probe"]

@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,4 +163,45 @@ def prepare(requirements: Path, image: str, *, cache: Path = CACHE) -> Wheelhous
     return _stored(folder, key)
 
 
-__all__ = ["HOST_PIP_CONF", "HOST_WHEELHOUSE", "Wheelhouse", "lookup", "pip_conf", "prepare"]
+def modules(house: Wheelhouse) -> frozenset[str]:
+    """Top-level modules of what the hosts' pip installs from ``house``: each wheel's, read from its
+    ``RECORD`` (:func:`emulator.backends.manifest.top_levels`); an sdist (built in the host) counts
+    for its distribution's name (``-`` → ``_``)."""
+    import re
+
+    from .. import manifest
+
+    out: set[str] = set()
+    for path in sorted((house.folder / "wheels").iterdir()) if (house.folder / "wheels").is_dir() else []:
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as whl:
+                dist = _WheelDistribution(whl)
+                out |= manifest.top_levels(dist)
+        else:
+            match = re.match(r"(.+?)-\d", path.name)
+            if match:
+                out.add(manifest.canonical_name(match.group(1)).replace("-", "_"))
+    return frozenset(out)
+
+
+class _WheelDistribution:
+    """The part of ``importlib.metadata.Distribution`` :func:`~emulator.backends.manifest.top_levels`
+    reads, for a wheel file."""
+
+    def __init__(self, whl: zipfile.ZipFile) -> None:
+        self._whl = whl
+        self._info = next((n.split("/")[0] for n in whl.namelist() if n.split("/")[0].endswith(".dist-info")), "")
+
+    @property
+    def files(self) -> list[str]:
+        record = self.read_text("RECORD") or ""
+        return [line.split(",")[0] for line in record.splitlines() if line.strip()]
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return self._whl.read(f"{self._info}/{name}").decode(errors="replace")
+        except KeyError:
+            return None
+
+
+__all__ = ["HOST_PIP_CONF", "HOST_WHEELHOUSE", "Wheelhouse", "lookup", "modules", "pip_conf", "prepare"]

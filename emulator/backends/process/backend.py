@@ -36,6 +36,7 @@ import os
 import platform
 import pwd
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -50,7 +51,7 @@ from ...console import RAW_SUFFIX
 from ...errors import BackendUnavailable, EmulatorError, RequestError
 from ...inhost import ROOT as INHOST_ROOT
 from ...inhost import protocol as P
-from ..base import HostLaunch, KeptHosts, LaunchSpec, Mount, Runtime, diag_folder, host_addresses, hosts_file
+from ..base import HostLaunch, KeptHosts, LaunchSpec, Mount, Runtime, World, diag_folder, host_addresses, hosts_file
 from . import sshd
 from .namespaces import AGENT_OWNER_FLAG, AGENT_SCRATCH_FLAG, namespace_pids, nsenter_argv
 
@@ -305,43 +306,60 @@ class ProcessBackend:
 
     def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         """This machine as the image: ``python`` (default: this interpreter) runs the toolkit's
-        ``train`` script installed here; its scripts (``torchrun``) come first on ``PATH``."""
+        ``train`` script (a job environment's own, from its DLC's toolkit); its scripts (``torchrun``,
+        ``pip``, the layers' console scripts) come first on ``PATH``."""
         python = python or sys.executable
-        train = train_script()
+        # a job environment has the DLC's toolkit's own `train` (its layers' console scripts); this
+        # interpreter (no job yet) the one installed here
+        train = Path(python).parent / "train" if Path(python) != Path(sys.executable) else train_script()
         scripts = list(dict.fromkeys([str(Path(python).parent), str(train.parent)]))
         base = {"HOME": CONTAINER_HOME}
         base.update({k: os.environ[k] for k in IMAGE_VARIABLES if os.environ.get(k)})
         spec = importlib.util.find_spec("gethostname")  # the toolkit's LD_PRELOAD library
         gethostname_so = spec.origin if spec is not None else None
-        if gethostname_so is not None and request is not None:
-            from .. import jobenv
+        toolkit = _toolkit()
+        if request is not None:
+            from .. import jobenv, layers
 
-            # the job's toolkit imports it, as every package, through the job environment's DLC view
-            gethostname_so = str(jobenv.view_of(request.framework) / Path(gethostname_so).name)
+            # the job's toolkit is the DLC image's, in its framework layer (same Python: same file name)
+            toolkit = _layer_toolkit(request)
+            image_layer = layers.image_layer(jobenv.install_of(request)).path
+            gethostname_so = str(image_layer / Path(gethostname_so).name) if gethostname_so else None
         return Runtime(python=python, train_command=(python, str(train)), inhost_root=str(INHOST_ROOT),
                        base_env=base, path=":".join([*scripts, SYSTEM_PATH]),
-                       gethostname_so=gethostname_so,
-                       toolkit=_toolkit()[0], training_image=TRAINING_IMAGE)
+                       gethostname_so=gethostname_so, toolkit=toolkit[0], training_image=TRAINING_IMAGE)
 
     # -- framework_version: this machine's interpreter with the DLC's torch (emulator/job/frameworks.py)
     def job_python(self, request: JobRequest) -> str | None:
         from .. import jobenv
 
         _refuse(request)
-        return jobenv.interpreter(request.source_dir, request.requirements_file,
-                                  framework=jobenv.framework_pins(request.framework))
+        return jobenv.interpreter(request.source_dir, request.requirements_file, jobenv.install_of(request))
 
     def prepare(self, request: JobRequest, *, say: Callable[[str], None]) -> list[str]:
-        """Refuse a framework whose torch has no wheel for this interpreter; say when the job
-        environment with the framework's torch is made first (``prepare_python`` makes it)."""
-        from .. import jobenv
+        """Refuse a framework whose torch has no wheel for this interpreter; say when the DLC
+        image's framework layers are installed first (``prepare_python`` makes them)."""
+        from .. import jobenv, layers
 
-        python = self.job_python(request)
-        pins = jobenv.framework_pins(request.framework)
-        if pins and python and not jobenv.is_ready(python):
-            say(f"framework_version {request.framework_version or request.image_uri}: installing "
-                f"{' '.join(pins)} into a job environment (once; pip's output: logs/jobenv.log)")
+        self.job_python(request)
+        install = jobenv.install_of(request)
+        for layer in layers.layers(install):
+            if not layer.ready:
+                say(f"installing {layer.what} into a framework layer (once per machine; GBs for torch; "
+                    "pip's output: logs/jobenv.log)")
         return []
+
+    def job_world(self, request: JobRequest) -> World | None:
+        """The framework layers' modules and what the job environment's requirements added (once made)."""
+        from .. import jobenv, layers
+
+        install = jobenv.install_of(request)
+        made = layers.layers(install)
+        python = self.job_python(request)
+        extra = jobenv.requirement_modules(python) if python else None
+        if not all(layer.ready for layer in made) or extra is None:
+            return None
+        return World(frozenset().union(*(layer.modules() for layer in made)), extra)
 
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path, env: Mapping[str, str]) -> str | None:
         """The job environment, made on this machine as the caller: pip runs with the hosts'
@@ -350,8 +368,8 @@ class ProcessBackend:
 
         if env.get("HOME") == CONTAINER_HOME:
             env = {**env, "HOME": pwd.getpwuid(os.geteuid()).pw_dir}
-        return jobenv.prepare(request.source_dir, scratch, log, requirements=request.requirements_file, env=env,
-                              framework=jobenv.framework_pins(request.framework))[0]
+        return jobenv.prepare(request.source_dir, scratch, log, jobenv.install_of(request),
+                              requirements=request.requirements_file, env=env)[0]
 
     @staticmethod
     def framework(plan: JobPlan) -> dict[str, Any]:
@@ -364,8 +382,9 @@ class ProcessBackend:
         python = plan.runtime.python
         torch = jobenv.torch_version(python) if jobenv.is_ready(python) else \
             selection.family.torch if selection is not None and selection.family is not None else None
-        return frameworks.record(selection, torch=torch, python=platform.python_version(), toolkit=_toolkit(),
-                                 python_from="this machine's interpreter")
+        return frameworks.record(selection, torch=torch, python=platform.python_version(),
+                                 toolkit=_layer_toolkit(plan.request), python_from="this machine's interpreter",
+                                 image=plan.request.dlc_image)
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
@@ -392,7 +411,7 @@ class ProcessBackend:
                                                               AGENT_OWNER_FLAG: _owner()},
                                                     **({"ssh": {"made_at_start_in": str(scratch / sshd.SUBDIR)}}
                                                        if sshd.available() or sshd.standin_used() else {}),
-                                                    **_pending(plan.runtime.python)})
+                                                    **_pending(plan.request, plan.runtime.python)})
 
     @staticmethod
     def _unshare_prefix() -> list[str]:
@@ -461,14 +480,16 @@ def _owner() -> str:
     return f"{os.getpid()}:{stat.start_time if stat else 0}"
 
 
-def _pending(python: str) -> dict[str, list[str]]:
-    """``plan``'s note when the job environment is not made yet (``prepare_python`` makes it)."""
-    from .. import jobenv
+def _pending(request: JobRequest, python: str) -> dict[str, list[str]]:
+    """``plan``'s notes for what ``prepare_python`` still makes: framework layers, the job environment."""
+    from .. import jobenv, layers
 
-    if jobenv.is_ready(python):
-        return {}
-    return {"pending": [f"the job environment {Path(python).parent.parent} is made before the job starts "
-                        "(the framework's torch, then the requirements)"]}
+    notes = [f"{layer.what} is installed into the framework layer {layer.path} before the job starts (once per "
+             "machine)" for layer in reversed(layers.layers(jobenv.install_of(request))) if not layer.ready]
+    if not jobenv.is_ready(python):
+        notes.append(f"the job environment {Path(python).parent.parent} is made before the job starts (it sees "
+                     "the framework layers; then the requirements)")
+    return {"pending": notes} if notes else {}
 
 
 def _toolkit() -> tuple[str | None, str | None]:
@@ -482,6 +503,13 @@ def _toolkit() -> tuple[str | None, str | None]:
         except metadata.PackageNotFoundError:
             out.append(None)
     return out[0], out[1]
+
+
+def _layer_toolkit(request: JobRequest) -> tuple[str | None, str | None]:
+    """The toolkits a job's framework layer installs (:func:`emulator.job.frameworks.toolkit_for`)."""
+    from ...job import frameworks
+
+    return frameworks.toolkit_for(request.framework, request.dlc_image)
 
 
 def _refuse(request: JobRequest) -> None:
@@ -569,7 +597,8 @@ def _homes() -> list[str]:
 
 
 def _site_lines(folder: str) -> list[str]:
-    """Folders that the ``.pth`` files of ``folder`` add to ``sys.path`` (not their ``import`` lines)."""
+    """Folders that the ``.pth`` files of ``folder`` add to ``sys.path``: their path lines and the
+    folders their ``site.addsitedir('…')`` lines add (a job environment's framework layers)."""
     out = []
     for pth in sorted(Path(folder).glob("*.pth")) if os.path.isdir(folder) else []:
         try:
@@ -578,7 +607,9 @@ def _site_lines(folder: str) -> list[str]:
             continue
         for line in lines:
             line = line.strip()
-            if line and not line.startswith(("#", "import ", "import\t")):
+            if line.startswith(("import ", "import\t")):
+                out += re.findall(r"site\.addsitedir\('([^']+)'\)", line)
+            elif line and not line.startswith("#"):
                 out.append(line if os.path.isabs(line) else os.path.join(folder, line))
     return out
 
@@ -677,10 +708,13 @@ def _interpreter(host: HostLaunch) -> str:
 
 def _tmp_passthrough(host: HostLaunch, python: str | None = None) -> list[str]:
     """Top-level ``/tmp/*`` folders the host needs although its ``/tmp`` is private: the
-    interpreter, its packages, and what ``PATH``/``PYTHONPATH`` name (e.g. a venv or a clone
-    that lives under ``/tmp``)."""
+    interpreter, its packages (a job environment's framework layers included), and what
+    ``PATH``/``PYTHONPATH`` name (e.g. a venv, a clone or ``XDG_CACHE_HOME`` under ``/tmp``)."""
     tmp = os.path.realpath("/tmp")
-    candidates = [*sys.path, sys.prefix, sys.base_prefix, python or _interpreter(host),
+    python = python or _interpreter(host)
+    venv = Path(python).parent.parent
+    layers = [line for site_dir in venv.glob("lib/python*/site-packages") for line in _site_lines(str(site_dir))]
+    candidates = [*sys.path, sys.prefix, sys.base_prefix, python, *layers,
                   *host.env.get("PATH", "").split(":"), *host.env.get("PYTHONPATH", "").split(":")]
     keep: set[str] = set()
     for path in candidates:

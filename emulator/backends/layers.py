@@ -1,0 +1,293 @@
+"""Framework layers (process backend): a DLC image's packages, installed once per machine.
+
+A process-backend job runs in a job environment (:mod:`emulator.backends.jobenv`): a venv that
+sees, after its own site-packages (what the job's ``requirements.txt`` installs), the *layers* of
+its DLC image (:func:`emulator.job.dlc.install_set`), in this order:
+
+1. the image layer, ``frameworks/<key>``: every other package of the image that installs here
+   (pandas, scikit-learn, opencv, the toolkits, pip, ... ; Hugging Face: transformers, datasets,
+   ...), resolved by pip in a venv that sees the base layer (so it installs only what is missing,
+   as AWS's successive ``pip install`` lines do), ``--uploaded-prior-to`` the image's date;
+2. the base layer, ``frameworks/<key>``: the family's torch, torchvision and torchaudio and what they
+   need (PyPI's CUDA builds with their ``nvidia-*`` wheels: 3 to 5 GB), shared by every image of
+   the family (CPU, GPU, Hugging Face).
+
+Each layer is a ``site-packages`` folder added with ``site.addsitedir`` (its ``.pth`` files run, as
+in an image's site-packages), made under a file lock into ``<key>.part`` and renamed when complete
+(``.ready``), keyed by what it installs, this Python release and machine, and never modified
+afterwards: pip in a job environment cannot uninstall from it (it is outside the environment), so a
+requirement that replaces a DLC package shadows it instead. Each layer keeps a manifest
+(:data:`MANIFEST`, :mod:`emulator.backends.manifest`): the distributions it holds and their
+top-level modules, read from the installed files, which the preflight uses.
+
+pip's configuration: the layers' pip reads the index (``index-url``), certificate, proxy and
+timeouts of this machine's pip configuration, but not ``find-links`` or extra indexes: pip's
+``--uploaded-prior-to`` needs upload times, which local folders and most extra indexes do not give,
+so their newer files would leak into an image dated before them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cache import cache_dir
+from ..errors import BackendUnavailable
+from ..job.dlc import InstallSet
+from . import manifest
+
+LAYERS = cache_dir("frameworks")
+#: Changes when what a layer holds changes.
+LAYOUT = "2"
+#: A layer's record of what it holds.
+MANIFEST = "manifest.json"
+#: How long installing one layer may take (a CUDA torch is GBs).
+INSTALL_TIMEOUT = 3600
+#: Keys of this machine's pip configuration the layers' pip keeps (see the module docstring).
+KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", "timeout", "retries")
+#: Environment variables of pip's that would bring in files without upload times (dropped).
+DROPPED_PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
+                    "PIP_CONFIG_FILE", "PIP_TARGET", "PIP_PREFIX", "PIP_USER")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: where it is and what it holds once made."""
+
+    path: Path
+    what: str  #: for people: "torch 2.5.1 (PyPI's CUDA build)", "the PyTorch 2.5.1 GPU DLC's packages"
+
+    @property
+    def ready(self) -> bool:
+        return (self.path / ".ready").is_file()
+
+    def manifest(self) -> dict[str, object]:
+        """The layer's manifest (empty before it is made)."""
+        try:
+            data: dict[str, object] = json.loads((self.path / MANIFEST).read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def distributions(self) -> dict[str, str]:
+        """``{canonical name: version}`` of what the layer holds (empty before it is made)."""
+        found = self.manifest().get("distributions", {})
+        return dict(found) if isinstance(found, dict) else {}
+
+    def modules(self) -> set[str]:
+        """Top-level modules the layer provides (empty before it is made)."""
+        found = self.manifest().get("modules", [])
+        return set(found) if isinstance(found, list) else set()
+
+
+def _python_tag() -> str:
+    return f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}-{platform.machine()}"
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join([LAYOUT, _python_tag(), *parts]).encode()).hexdigest()[:16]
+
+
+def base_layer(install: InstallSet) -> Layer:
+    """The layer holding ``install``'s torch builds (shared by the family's images)."""
+    key = _key("base", *install.torch, "\0", *install.torch_constraints, install.torch_uploaded_prior_to or "",
+               install.torch_index or "")
+    build = "the DLC's exact builds" if install.torch_index else "PyPI's builds"
+    return Layer(LAYERS / key, f"{', '.join(install.torch)} ({build})")
+
+
+def image_layer(install: InstallSet) -> Layer:
+    """The layer holding the rest of ``install`` (above :func:`base_layer`)."""
+    key = _key("image", base_layer(install).path.name, *install.key_material())
+    return Layer(LAYERS / key, f"the packages of {install.image.label}")
+
+
+def layers(install: InstallSet) -> list[Layer]:
+    """The layers a job environment of ``install`` sees, in ``sys.path`` order."""
+    return [image_layer(install), base_layer(install)]
+
+
+# -- pip -------------------------------------------------------------------------------------------
+def pip_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment the layers' pip runs with (module docstring): ``env`` (default this
+    process's) without pip's find-links/extra-index variables and configuration files, plus the
+    kept keys of this machine's pip configuration as ``PIP_*`` variables (unless ``env`` sets them)."""
+    base = dict(os.environ if env is None else env)
+    config = _pip_config(base)
+    out = {k: v for k, v in base.items() if k not in DROPPED_PIP_VARS}
+    out["PIP_CONFIG_FILE"] = os.devnull
+    for key, value in config.items():
+        out.setdefault(f"PIP_{key.upper().replace('-', '_')}", value)
+    out["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return out
+
+
+def _pip_config(env: Mapping[str, str]) -> dict[str, str]:
+    """The kept keys (:data:`KEPT_PIP_CONFIG`) of this machine's pip configuration files."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                              timeout=60, check=False, env={k: v for k, v in env.items() if not k.startswith("PIP_")})
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition("=")
+        section, _, key = name.partition(".")
+        if key in KEPT_PIP_CONFIG and section in ("global", "install") and value:
+            out[key] = value.strip().strip("'\"")
+    return out
+
+
+def _run_pip(args: Sequence[str], log: Path, env: Mapping[str, str], *, python: str | None = None) -> int:
+    cmd = [sys.executable, "-m", "pip", *(["--python", python] if python else []), "install", "--no-input", *args]
+    with open(log, "ab") as out:
+        out.write(("$ " + " ".join(cmd) + "\n").encode())
+        out.flush()
+        try:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(env), timeout=INSTALL_TIMEOUT,
+                                  check=False, stdin=subprocess.DEVNULL).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"[emulator] pip did not finish in {INSTALL_TIMEOUT} s\n".encode())
+            return 1
+
+
+#: The first pip with ``--uploaded-prior-to``.
+PIP_NEEDED = (26, 0)
+
+
+def _require_pip() -> None:
+    """BackendUnavailable, naming the fix, when this interpreter's pip lacks ``--uploaded-prior-to``."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pip")
+    except metadata.PackageNotFoundError:
+        version = "none"
+    found = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
+    if found < PIP_NEEDED:
+        raise BackendUnavailable(
+            f"installing a DLC's packages needs pip {PIP_NEEDED[0]} or newer in the emulator's Python "
+            f"({sys.executable}; it has pip {version}): pip's --uploaded-prior-to resolves what AWS left unpinned "
+            f"as of the DLC's build. Run: {sys.executable} -m pip install -U 'pip>={PIP_NEEDED[0]}'")
+
+
+def _date_args(date: str | None) -> list[str]:
+    return ["--uploaded-prior-to", date] if date else []
+
+
+# -- making layers ---------------------------------------------------------------------------------
+def ensure(install: InstallSet, log: Path, *, env: Mapping[str, str] | None = None) -> list[Layer]:
+    """Make ``install``'s layers where they are missing (pip's output to ``log``); return them in
+    ``sys.path`` order. Raises :class:`~emulator.errors.BackendUnavailable` naming the layer and
+    ``log`` when pip fails."""
+    pip_env = pip_environment(env)
+    base = base_layer(install)
+    if not (base.ready and image_layer(install).ready):
+        _require_pip()
+    _make(base, log, lambda part: _install_base(install, part, log, pip_env))
+    top = image_layer(install)
+    _make(top, log, lambda part: _install_image(install, base, part, log, pip_env))
+    return [top, base]
+
+
+def _make(layer: Layer, log: Path, install: object) -> None:
+    LAYERS.mkdir(parents=True, exist_ok=True)
+    part = layer.path.with_name(layer.path.name + ".part")
+    with open(layer.path.with_name(layer.path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if layer.ready:
+            return
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.rmtree(layer.path, ignore_errors=True)
+        if not install(part):  # type: ignore[operator]
+            shutil.rmtree(part, ignore_errors=True)
+            raise BackendUnavailable(f"could not install {layer.what} into a framework layer (the DLC has them); "
+                                     f"pip's output: {log}")
+        write_manifest(part)
+        (part / ".ready").touch()
+        part.rename(layer.path)
+
+
+def _install_base(install: InstallSet, part: Path, log: Path, env: Mapping[str, str]) -> bool:
+    if not install.torch:  # an image without torch builds (none of AWS's): an empty layer
+        part.mkdir(parents=True)
+        return True
+    pypi = env.get("PIP_INDEX_URL", "https://pypi.org/simple")
+    index = ["--index-url", install.torch_index, "--extra-index-url", pypi] if install.torch_index else []
+    constraints = _constraints_file(part.with_name(part.name + ".constraints"), install.torch_constraints)
+    ok = _run_pip(["--target", str(part), *_date_args(install.torch_uploaded_prior_to), *index,
+                   "-c", str(constraints), *install.torch], log, env) == 0
+    constraints.unlink(missing_ok=True)
+    return ok
+
+
+def _install_image(install: InstallSet, base: Layer, part: Path, log: Path, env: Mapping[str, str]) -> bool:
+    """pip in a scratch venv that sees ``base`` installs what is missing; its site-packages is the layer."""
+    scratch = part.with_name(part.name + ".venv")
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        python = scratch / "bin" / "python"
+        purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                      check=True, capture_output=True, text=True).stdout.strip())
+        (purelib / "_sagemaker_emulator_base.pth").write_text(addsitedir_line(base.path))
+        frozen = [f"{name}=={version}" for name, version in sorted(base.distributions().items())
+                  if name in ("torch", "torchvision", "torchaudio")]
+        constraints = _constraints_file(scratch / "constraints.txt", [*install.constraints, *frozen])
+        ok = _run_pip(["--no-warn-script-location", *_date_args(install.uploaded_prior_to), "-c", str(constraints),
+                       *install.packages], log, env, python=str(python)) == 0
+        if ok and install.no_deps:  # as AWS installs them: without their requirements
+            ok = _run_pip(["--no-warn-script-location", "--no-deps", *_date_args(install.uploaded_prior_to),
+                           *install.no_deps], log, env, python=str(python)) == 0
+        if ok and install.toolkits:
+            ok = _install_toolkits(install, python, scratch, log, env)
+        if ok:
+            (purelib / "_sagemaker_emulator_base.pth").unlink()
+            shutil.rmtree(purelib / "__pycache__", ignore_errors=True)
+            purelib.rename(part)
+        return ok
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _install_toolkits(install: InstallSet, python: Path, scratch: Path, log: Path, env: Mapping[str, str]) -> bool:
+    """The toolkit pins without their dependencies, then what they require that is missing, with what
+    is installed held (:func:`emulator.job.dlc.install_set` says why)."""
+    if _run_pip(["--no-warn-script-location", "--no-deps", *install.toolkits], log, env, python=str(python)) != 0:
+        return False
+    frozen = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "freeze", "--all"],
+                            capture_output=True, text=True, check=False, env=dict(env)).stdout
+    held = _constraints_file(scratch / "held.txt", [line for line in frozen.splitlines() if "==" in line])
+    missing = subprocess.run([str(python), str(Path(manifest.__file__)), "--missing",
+                              *(t.split("==")[0] for t in install.toolkits)],
+                             capture_output=True, text=True, check=False).stdout.split()
+    return not missing or _run_pip(["--no-warn-script-location", "--prefer-binary", "-c", str(held), *missing], log,
+                                   env, python=str(python)) == 0
+
+
+def _constraints_file(path: Path, lines: Sequence[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def addsitedir_line(folder: Path) -> str:
+    """A ``.pth`` line that adds ``folder`` as a site directory (its own ``.pth`` files run)."""
+    return f"import site; site.addsitedir({str(folder)!r})\n"
+
+
+def write_manifest(folder: Path) -> dict[str, object]:
+    """Record what ``folder`` (a site-packages layer) holds (:func:`emulator.backends.manifest.manifest`)."""
+    found: dict[str, object] = manifest.manifest([str(folder)])
+    (folder / MANIFEST).write_text(json.dumps(found, indent=1) + "\n")
+    return found
