@@ -82,7 +82,7 @@ SCENARIOS = (
 def framework_scenarios() -> list[Scenario]:
     """Jobs that name a ``framework_version`` (their DLC's torch and Python, so the docker
     backend whatever ``--backend`` says), when a docker engine runs here. Their test is
-    tests/test_framework_jobs.py."""
+    tests/jobs/test_framework_jobs.py."""
     try:
         from emulator.backends.docker.backend import DockerBackend
 
@@ -99,12 +99,12 @@ def ensure_image(scenario: Scenario) -> None:
     if scenario.framework is None:
         return
     from emulator.backends.docker import images
-    from emulator.job import frameworks
+    from emulator.job import dlc, frameworks
 
-    fam = frameworks.family(scenario.framework)
-    if images.family_image(fam) is None:
-        images.image_for(frameworks.select(fam.default_version),
-                         say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    # the family's GPU image: the docker scenarios run SMDDP launchers on GPU instance types
+    image = dlc.pytorch_image(frameworks.family(scenario.framework).name, gpu=True)
+    if images.built_image(image) is None:
+        images.build(image, say=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
 
 
 @dataclass(frozen=True)

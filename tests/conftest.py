@@ -47,7 +47,7 @@ _STATE: dict[str, str] = {}
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[OWNER_VAR] = OWNER
     # SDK launchers always name a DLC (framework_version or image_uri); the suite runs them with
-    # today's torch unless a test asks otherwise (tests/test_framework_jobs.py does).
+    # today's torch unless a test asks otherwise (tests/jobs/test_framework_jobs.py does).
     os.environ.setdefault("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", "current")
     original = tempfile.gettempdir()
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", original)
@@ -55,6 +55,93 @@ def pytest_configure(config: pytest.Config) -> None:
     _STATE["tmp"] = private
     os.environ["TMPDIR"] = private
     tempfile.tempdir = private
+
+
+#: The kind of test each folder of tests/ holds (README "Contributing"), applied as a marker by folder:
+#: ``-m unit`` is the loop to run while editing (``nox -s unit``).
+FOLDER_KINDS = {
+    "unit": "unit",  # no host started, no engine, no network namespace: pure functions, fakes, plans
+    "jobs": "jobs",  # starts real jobs on the process backend
+    "docker": "docker",  # needs a docker engine (and the emulator's image)
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's kind; a test module outside the kind folders is an error,
+    so the tree keeps showing which tests start jobs."""
+    for item in items:
+        try:
+            parts = item.path.resolve().relative_to(TESTS).parts
+        except ValueError:
+            continue  # a test outside tests/ (tests/jobs/test_pytest_plugin.py runs pytest on its own files)
+        kind = FOLDER_KINDS.get(parts[0]) if len(parts) > 1 else None
+        if kind is None:
+            raise pytest.UsageError(f"{item.nodeid}: a test module belongs in one of tests/"
+                                    f"{{{','.join(FOLDER_KINDS)}}}/ (README, Contributing)")
+        item.add_marker(kind)
+
+
+#: Seconds each test took (setup + call + teardown), from the reports (the controller's under xdist).
+_TEST_SECONDS: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--test-budget", type=float, default=None, metavar="SECONDS",
+                     help="list the tests that took longer than SECONDS (setup, call and teardown together)")
+    parser.addoption("--test-budget-strict", action="store_true",
+                     help="with --test-budget: a test over it fails the run (a dedicated runner; on a shared, "
+                          "noisy machine it is a timed assertion)")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _TEST_SECONDS[report.nodeid] = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
+
+
+def over_budget(seconds: dict[str, float], budget: float) -> list[tuple[str, float]]:
+    """The tests over ``budget`` seconds, slowest first."""
+    return sorted(((n, t) for n, t in seconds.items() if t > budget), key=lambda item: -item[1])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    budget = session.config.getoption("--test-budget", None)
+    if budget and session.config.getoption("--test-budget-strict", False) and exitstatus == 0 \
+            and over_budget(_TEST_SECONDS, budget):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The outcome counts per kind folder (where the suite's tests and time are)."""
+    counts: dict[str, dict[str, int]] = {}
+    seconds: dict[str, float] = {}
+    for outcome in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if not nodeid.startswith("tests/"):
+                continue
+            folder = nodeid.split("/")[1] if nodeid.count("/") > 1 else "?"
+            counts.setdefault(folder, {}).setdefault(outcome, 0)
+            counts[folder][outcome] += 1
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            if nodeid.startswith("tests/") and nodeid.count("/") > 1 and hasattr(report, "duration"):
+                folder = nodeid.split("/")[1]
+                seconds[folder] = seconds.get(folder, 0.0) + report.duration
+    budget = terminalreporter.config.getoption("--test-budget", None)
+    slow = over_budget(_TEST_SECONDS, budget) if budget else []
+    if slow:
+        strict = terminalreporter.config.getoption("--test-budget-strict", False)
+        terminalreporter.write_sep("-", f"{len(slow)} tests over the {budget:.0f}-s budget"
+                                   + (" (this fails the run)" if strict else ""))
+        for nodeid, took in slow:
+            terminalreporter.write_line(f"{took:7.1f} s  {nodeid}")
+    if counts:
+        terminalreporter.write_sep("-", "tests per folder")
+        for folder in sorted(counts):
+            outcomes = ", ".join(f"{n} {what}" for what, n in sorted(counts[folder].items()))
+            terminalreporter.write_line(f"tests/{folder:<8} {sum(counts[folder].values()):>5}  ({outcomes}; "
+                                        f"{seconds.get(folder, 0.0):.0f} worker-seconds)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

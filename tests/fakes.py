@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.backends.base import HostLaunch, LaunchSpec, Runtime, host_addresses, hosts_file
+from emulator.backends.base import HostLaunch, LaunchSpec, Runtime, World, host_addresses, hosts_file
 from emulator.backends.materialise import host_mounts
 from emulator.inhost.protocol import HostExit, exit_of, status_of_signal
 from emulator.job.plan import JobPlan
@@ -137,6 +137,9 @@ class FakeBackend:
     def prepare_python(self, request: JobRequest, *, scratch: Path, log: Path,
                        env: Mapping[str, str]) -> str | None:
         return None
+
+    def job_world(self, request: JobRequest) -> World | None:
+        return None  # no packages: the fake hosts run no Python
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         addresses = host_addresses("10.0.0.0/24", [h.name for h in plan.hosts])

@@ -8,7 +8,7 @@ times or ``--max-rounds`` rounds ran; it prints one row per test (passed, failed
 output stay under ``--keep`` (default: a temp folder, printed).
 
     python -m tests.flakes                           # DEFAULT_TESTS, 3 passes, -n 4, one hog per core
-    python -m tests.flakes --passes 5 --hog 0 -- tests/test_security.py  # a module: each of its tests
+    python -m tests.flakes --passes 5 --hog 0 -- tests/jobs/test_security.py  # a module: each of its tests
     python3 -m nox -s flakes -- --passes 3           # the same in the test environment
 
 Only the tests named run (a whole module is fine); the suite's autouse hygiene fixture still checks
@@ -32,11 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: Tests that start real jobs and read what their ranks print or the hosts they kept.
 DEFAULT_TESTS = (
-    "tests/test_kept.py::test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap",
-    "tests/test_kept.py::test_a_job_killed_before_its_kept_record_is_still_reaped_by_job",
-    "tests/test_security.py::test_hosts_do_not_see_the_users_aws_credentials",
-    "tests/test_fault_jobs.py::test_spot_interruption_resumes_from_checkpoints",
-    "tests/test_framework_jobs.py::test_no_framework_version_keeps_todays_torch_and_says_so",
+    "tests/jobs/test_kept.py::test_cli_keeps_the_hosts_of_a_stopped_job_for_shell_ps_and_reap",
+    "tests/jobs/test_kept.py::test_a_job_killed_before_its_kept_record_is_still_reaped_by_job",
+    "tests/jobs/test_security.py::test_hosts_do_not_see_the_users_aws_credentials",
+    "tests/jobs/test_fault_jobs.py::test_spot_interruption_resumes_from_checkpoints",
+    "tests/jobs/test_framework_jobs.py::test_no_framework_version_keeps_todays_torch_and_says_so",
 )
 #: A CPU hog: one busy loop (ended by pid when the detector ends).
 HOG = "while True:\n    pass\n"
@@ -53,7 +53,7 @@ class Tally:
 
 
 def node_id(case: ET.Element) -> str:
-    """``tests/test_x.py::test_name[param]`` of a JUnit ``testcase``."""
+    """``tests/jobs/test_x.py::test_name[param]`` of a JUnit ``testcase``."""
     module = case.get("classname", "")
     parts = module.split(".")
     path = "/".join(parts) + ".py"

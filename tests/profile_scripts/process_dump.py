@@ -1,6 +1,6 @@
 """Every rank (or the single process of a plain job) writes what it can see of itself to /opt/ml/model.
 
-Used by tests/test_profiles_equivalence.py: the same job in the ``exact`` and ``ci`` profiles must
+Used by tests/jobs/test_profiles_equivalence.py: the same job in the ``exact`` and ``ci`` profiles must
 give the same dumps except for the listed differences (PIDs, timings, torchrun's run id). Written
 at the script's very start, before anything but the standard library is imported: what a script
 sees before its own imports is what fast start must get right. ``--fail`` makes rank 1 raise after

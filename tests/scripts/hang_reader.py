@@ -1,9 +1,9 @@
-"""Rank 3 loops in a data reader while ranks 0-2 wait in all_reduce (tests/test_stacks_jobs.py).
+"""Rank 3 loops in a data reader while ranks 0-2 wait in all_reduce (tests/jobs/test_stacks_jobs.py).
 
 Each rank prints ``WARM rank R of W on HOST`` with the text and the newline written apart, a pause
 between (as ``print`` under ``PYTHONUNBUFFERED=1`` does, only slower): the two ranks of a host share
 its stdout, so their markers interleave (``...on algo-2WARM rank 3...``) and the tests that read
-them must not depend on line boundaries (tests/test_kept.py).
+them must not depend on line boundaries (tests/jobs/test_kept.py).
 """
 import argparse
 import os

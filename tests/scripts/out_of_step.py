@@ -1,4 +1,4 @@
-"""Hosts issue broadcast and all_reduce in different orders (tests/test_collectives_jobs.py)."""
+"""Hosts issue broadcast and all_reduce in different orders (tests/jobs/test_collectives_jobs.py)."""
 import argparse
 import socket
 

@@ -1,0 +1,187 @@
+"""FSDP end to end on 2 hosts x 2 emulated GPUs (nccl, torch_distributed, the real toolkit and
+torchrun): torch.accelerator, FSDP v1 (``device_id=torch.cuda.current_device()``,
+``sync_module_states``), FSDP2 (``fully_shard`` over ``init_device_mesh("cuda", ...)``), their
+``torch.distributed.checkpoint`` checkpoints across two jobs, Lightning's ``FSDPStrategy`` and
+DeepSpeed ZeRO-2/3 run unchanged GPU code, and train as DDP does.
+
+Oracle: the same model, seed and global batches trained in this test process by plain single-process
+SGD (AdamW for DeepSpeed) on the whole batch (no emulator, no distribution): data-parallel training
+of equal slices with averaged gradients takes the same steps, so every rank's all-reduced mean loss
+must match it to float tolerance, for each strategy (the scripts' constants are read from them).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import emulator
+from emulator.job.result import JobResult
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+#: Lightning's scripts have a source dir of their own (the preflight asks every job whose source dir
+#: imports Lightning for it).
+LIGHTNING_SCRIPTS = Path(__file__).parents[1] / "scripts_lightning"
+WORLD = 4
+
+
+def _constants() -> dict[str, float]:
+    """``STEPS, PER_RANK, LR`` as the script defines them."""
+    tree = ast.parse((SCRIPTS / "fsdp_train.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
+            names = [t.id for t in node.targets[0].elts]  # type: ignore[attr-defined]
+            if names == ["STEPS", "PER_RANK", "LR"]:
+                return dict(zip(names, ast.literal_eval(node.value)))
+    raise AssertionError("STEPS, PER_RANK, LR not found in fsdp_train.py")
+
+
+def _reference_losses() -> list[float]:
+    """Single-process SGD on the whole global batch, as the script seeds it."""
+    c = _constants()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=c["LR"])
+    generator = torch.Generator().manual_seed(1234)
+    losses = []
+    for _ in range(int(c["STEPS"])):
+        x = torch.randn(WORLD * int(c["PER_RANK"]), 8, generator=generator)
+        y = torch.randn(WORLD * int(c["PER_RANK"]), 4, generator=generator)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _run_2x2(output: Path, entry_point: str, source_dir: Path = SCRIPTS, **options: object) -> JobResult:
+    return emulator.run(entry_point=entry_point, source_dir=source_dir, output_path=output, job_name=output.name,
+                        instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
+                        distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
+                        profile="ci", **options)
+
+
+def _reports(result: JobResult, prefix: str) -> dict[int, dict]:
+    assert result.status == "Completed", "\n".join(
+        [str(result.failure_reason)] + [f"--- {h} ---\n{result.log_tail(h, 60)}" for h in ("algo-1", "algo-2")])
+    reports = {int(r["rank"]): r for r in (json.loads(v) for k, v in result.model_files().items()
+                                           if k.startswith(prefix))}
+    assert sorted(reports) == list(range(WORLD))
+    return reports
+
+
+@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "docker":
+        request.getfixturevalue("docker_ready")
+    reports = _reports(_run_2x2(tmp_path / "fsdp", "fsdp_train.py", backend=backend), "fsdp-rank-")
+    expected = _reference_losses()
+    for rank, r in reports.items():
+        assert (r["accelerator"], r["accelerator_available"], r["accelerator_count"]) == ("cuda", True, 2)
+        assert r["device_index"] == r["cuda_current"] == rank % 2
+        assert r["device_module_is_cuda"] is True
+        assert sorted(r["modes"]) == ["ddp", "fsdp1", "fsdp2"]
+        for mode, seen in r["modes"].items():
+            assert seen["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), (rank, mode)
+        fsdp2 = r["modes"]["fsdp2"]
+        assert (fsdp2["mesh_device_type"], fsdp2["mesh_backend"]) == ("cuda", "gloo")
+        assert (fsdp2["param_type"], fsdp2["param_mesh_device_type"], fsdp2["param_placements"]) == \
+            ("DTensor", "cuda", ["Shard(dim=0)"])
+        assert fsdp2["local_shard_rows"] == 16 // WORLD  # the first Linear's 16 rows, one slice per rank
+    for mode in ("ddp", "fsdp1", "fsdp2"):  # the same on every rank, exactly (an all-reduced value)
+        assert len({tuple(r["modes"][mode]["losses"]) for r in reports.values()}) == 1
+
+
+def test_dcp_checkpoint_of_fsdp_v1_and_fsdp2_loads_on_the_next_run(tmp_path: Path) -> None:
+    """A sharded checkpoint written through ``torch.distributed.checkpoint`` by one 2 x 2 job (each
+    host writes its ranks' shards, algo-1 the metadata, all synced to ``checkpoint_dir``) loads in
+    the next job into a model built from another seed: the gathered parameters are the first
+    run's, for FSDP v1 (``ShardedStateDictConfig``) and FSDP2. Oracle for "the load did
+    something": the seed-1 model's parameter sum, computed here without the emulator, differs."""
+    checkpoints = tmp_path / "checkpoints"
+    first = _reports(_run_2x2(tmp_path / "dcp-save", "fsdp_checkpoint.py", checkpoint_dir=checkpoints),
+                     "checkpoint-rank-")
+    saved = {name for name in (p.relative_to(checkpoints).as_posix() for p in checkpoints.rglob("*"))
+             if name.endswith((".metadata", ".distcp"))}
+    assert saved == {f"{mode}/{name}" for mode in ("fsdp1", "fsdp2")
+                     for name in (".metadata", *(f"__{rank}_0.distcp" for rank in range(WORLD)))}
+    second = _reports(_run_2x2(tmp_path / "dcp-load", "fsdp_checkpoint.py", checkpoint_dir=checkpoints),
+                      "checkpoint-rank-")
+    torch.manual_seed(1)
+    fresh = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    fresh_sum = sum(p.detach().sum().item() for p in fresh.parameters())
+    for mode in ("fsdp1", "fsdp2"):
+        sums = {first[rank][mode]["sum"] for rank in range(WORLD)}
+        assert len(sums) == 1, (mode, first)  # the gathered full parameters: one model on every rank
+        assert [first[rank][mode]["resumed"] for rank in range(WORLD)] == [False] * WORLD
+        assert [second[rank][mode]["resumed"] for rank in range(WORLD)] == [True] * WORLD
+        for rank in range(WORLD):
+            assert second[rank][mode]["sum"] == pytest.approx(first[0][mode]["sum"], rel=1e-6), (mode, rank)
+        assert fresh_sum != pytest.approx(first[0][mode]["sum"], rel=1e-3)
+
+
+def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
+    """Lightning's ``FSDPStrategy`` on 4 emulated GPUs over 2 hosts. Oracle: single-process SGD
+    over the same dataset in blocks of world x per-rank samples (what the script's unshuffled
+    ``DistributedSampler`` slices add up to, see ``tests/scripts_lightning/lightning_fsdp.py``)."""
+    pytest.importorskip("pytorch_lightning")
+    reports = _reports(_run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py", LIGHTNING_SCRIPTS),
+                       "lightning-fsdp-rank-")
+    tree = ast.parse((LIGHTNING_SCRIPTS / "lightning_fsdp.py").read_text())
+    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
+    samples, per_rank, lr = ast.literal_eval(assign.value)
+    generator = torch.Generator().manual_seed(1234)
+    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    expected = []
+    block = WORLD * per_rank
+    for start in range(0, samples, block):
+        loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    for rank, r in reports.items():
+        assert (r["world_size"], r["strategy"], r["root_device"]) == (WORLD, "FSDPStrategy", f"cuda:{rank % 2}")
+        assert r["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), rank
+
+
+def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-2 and ZeRO-3 (installed by the job's ``requirements.txt``, as on SageMaker's
+    PyTorch DLC, which does not ship it) with torch's AdamW on 4 emulated GPUs over 2 hosts.
+    Oracle: single-process AdamW on the whole global batch (``tests/scripts_deepspeed``)."""
+    source = SCRIPTS.parent / "scripts_deepspeed"
+    result = emulator.run(entry_point="deepspeed_zero.py", source_dir=source, output_path=tmp_path,
+                          job_name="deepspeed", instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
+                          distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
+                          profile="ci")
+    reports = _reports(result, "deepspeed-rank-")
+    tree = ast.parse((source / "deepspeed_zero.py").read_text())
+    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
+    steps, per_rank, lr = ast.literal_eval(assign.value)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(1234)
+    expected = []
+    for _ in range(steps):
+        x = torch.randn(WORLD * per_rank, 8, generator=generator)
+        y = torch.randn(WORLD * per_rank, 4, generator=generator)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.item())
+    for rank, r in reports.items():
+        assert r["accelerator"] == "cuda"
+        for stage in ("2", "3"):
+            seen = r["stages"][stage]
+            assert (seen["device"], seen["zero_stage"]) == (f"cuda:{rank % 2}", int(stage))
+            assert seen["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), (rank, stage)

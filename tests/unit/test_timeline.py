@@ -1,0 +1,42 @@
+"""The timeline's front ends: the CLI on a folder that is not a job, and a job without matplotlib.
+(The timeline of a real job is checked in tests/jobs/test_stacks_jobs.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def test_cli_on_a_folder_without_a_timeline(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "emulator", "timeline", str(tmp_path)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {tmp_path / 'timeline.json'} does not exist: JOB_DIR must be a job's folder")
+
+
+def test_without_matplotlib_only_the_json_is_written(tmp_path: Path) -> None:
+    """matplotlib made unimportable in a fresh interpreter; the report still writes timeline.json."""
+    code = textwrap.dedent(f"""\
+        import sys
+        sys.modules["matplotlib"] = None  # import matplotlib now raises ImportError
+        from pathlib import Path
+        from emulator.observers import Event, FinishContext
+        from emulator.diagnostics.timeline import Timeline
+        job = Path({str(tmp_path)!r})
+        finish = FinishContext(job, job / "no-diagnostics", "Completed", "Completed", (),
+                               (Event(100.0, "host-start", "algo-1"), Event(105.0, "host-exit", "algo-1", "exit 0")),
+                               None)
+        timeline = Timeline("job")
+        timeline.on_line("algo-1", "2024-01-01 00:00:00,000 sagemaker-training-toolkit INFO     Imported framework x")
+        report = timeline.report(finish)
+        print(report.console[0])
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "matplotlib is not installed, so no PNG" in done.stdout
+    assert not (tmp_path / "timeline.png").exists()
+    data = json.loads((tmp_path / "timeline.json").read_text())
+    assert [e["Kind"] for e in data["Events"]] == ["host-start", "host-exit", "toolkit-start"]
+    assert data["Hosts"] == ["algo-1"]
