@@ -43,6 +43,7 @@ def tests(session: nox.Session) -> None:
     budget per test (listed, not failed: on a shared machine a timed check is a flake; add
     ``--test-budget-strict`` on a dedicated runner)."""
     _install(session)
+    session.run("python", "-m", "tests.warm")  # the default world's framework layers, with progress
     session.run("python", "-m", "pytest",
                 *(session.posargs or ["-n", "2", "--dist", "loadgroup", "-m", "not matrix and not families",
                                       "-q", "-ra", "--durations=30", "--test-budget=120"]))
