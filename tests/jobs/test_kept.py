@@ -250,16 +250,17 @@ def test_a_job_killed_before_its_kept_record_is_still_reaped_by_job(tmp_path: Pa
     reaped.append(job_dir)
     prefix = ["-c", KILLED_IN_KEEP] if moment == "after-freeze-before-record" else ["-m", "emulator"]
     # after-freeze: the keep comes from MaxRuntimeInSeconds, at a point of the supervisor's loop, not
-    # from a signal that lands anywhere in it (the SIGTERM keep: test_cli_keeps_the_hosts_of_a_stopped_job…)
-    max_run = "75" if moment == "after-freeze-before-record" else "900"
+    # from a signal that lands anywhere in it (the SIGTERM keep: test_cli_keeps_the_hosts_of_a_stopped_job…);
+    # the hosts need not be READY by then: whatever they run is frozen and handed off (job_processes below)
+    max_run = "30" if moment == "after-freeze-before-record" else "900"
     proc = subprocess.Popen(
         [sys.executable, *prefix, "run", "--entry-point", "sleeper.py", "--source-dir", str(SCRIPTS),
          "--hosts", "2", "--max-run", max_run, "--stop-grace", "2", "--keep-hosts", "--quiet",
          "--output-dir", str(tmp_path / "out"), "--job-name", name],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     try:
-        _wait_for_ready(job_dir / "logs", 2, proc)
         if moment == "while-running":
+            _wait_for_ready(job_dir / "logs", 2, proc)
             proc.kill()
         # else MaxRuntime keeps the hosts; the patched keep kills the emulator
         assert proc.wait(timeout=180) == -signal.SIGKILL

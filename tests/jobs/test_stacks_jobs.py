@@ -63,12 +63,31 @@ def summary(result: JobResult) -> list[str]:
     return list(result.description["Emulator"]["Stacks"]["Summary"])
 
 
+class DeadlineWhenWarm(supervisor.SystemClock):
+    """The supervisor's clock, whose monotonic time jumps ``jump`` seconds ahead once ``warm`` is set:
+    MaxRuntimeInSeconds is reached at that moment, through the supervisor's own deadline check, with
+    no wall-clock wait for it (the policy's timing is tested with a fake clock: tests/unit/test_supervisor.py)."""
+
+    def __init__(self, warm: threading.Event, jump: float) -> None:
+        self.warm, self.jump = warm, jump
+
+    def monotonic(self) -> float:
+        return super().monotonic() + (self.jump if self.warm.is_set() else 0.0)
+
+
+#: The max-runtime job's MaxRuntimeInSeconds: longer than any warm-up, reached by DeadlineWhenWarm.
+MAX_RUN = 900
+
+
 @pytest.fixture(scope="module")
 def max_runtime_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, str]:
-    stream = io.StringIO()
-    request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=100,
+    """hang_reader.py until MaxRuntimeInSeconds, reached a little after all four ranks are warm."""
+    warm = threading.Event()
+    stream = StopWhenWarm(4, warm)
+    request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=MAX_RUN,
                      entry_point="hang_reader.py", distribution=TORCH_DIST, **BASE)
-    return supervisor.run(request, stream=stream, stop_grace=2), stream.getvalue()
+    result = supervisor.run(request, stream=stream, stop_grace=2, clock=DeadlineWhenWarm(warm, MAX_RUN))
+    return result, stream.getvalue()
 
 
 def test_max_runtime_reports_where_each_rank_was(max_runtime_job: tuple[JobResult, str]) -> None:
@@ -91,7 +110,7 @@ def test_max_runtime_reports_where_each_rank_was(max_runtime_job: tuple[JobResul
     (missing,) = [d for d in result.diagnostics if d.kind == "collective-missing"]
     assert missing.message.startswith("rank 3 (algo-2) never reached collective #2 of the default group (all_reduce, "
                                       "issued by ranks 0-2 at hang_reader.py:")
-    _check_timeline_of_the_stopped_job(result, console)  # one 100-s job for both (the same stop)
+    _check_timeline_of_the_stopped_job(result, console)  # one job for both (the same stop)
 
 
 @pytest.mark.docker
