@@ -49,6 +49,7 @@ def test_torch_distributed_2x2_completes(torchrun_job: JobResult) -> None:
 
 
 def test_every_rank_sees_its_place(torchrun_job: JobResult) -> None:
+    assert torchrun_job.status == "Completed", torchrun_job.failure_reason  # else no model files to look in
     assert not [name for name in torchrun_job.model_files() if "injected" in name]  # no shell ran MSG
     seen = ranks(torchrun_job)
     assert sorted(seen) == [0, 1, 2, 3]

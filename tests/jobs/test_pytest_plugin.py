@@ -100,6 +100,8 @@ def test_user_repo_jobs_skip_and_log_sections(user_repo: pytest.Pytester) -> Non
     assert "algo-1 log tail" in out and "exploded on purpose in algo-1" in out
     kept = list(user_repo.path.parent.glob("**/sagemaker-jobs/failing-job-*/hosts/algo-1"))
     dropped = list(user_repo.path.parent.glob("**/sagemaker-jobs/two-hosts-*/hosts"))
+    # positive control for `not dropped`: the passing job's folder is where the glob looks
+    assert list(user_repo.path.parent.glob("**/sagemaker-jobs/two-hosts-*/job.json"))
     assert kept and not dropped
 
 

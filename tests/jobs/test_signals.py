@@ -30,5 +30,6 @@ def test_sigterm_stops_the_job_writes_job_json_and_cleans_up(tmp_path: Path) -> 
     assert (d["TrainingJobStatus"], d["SecondaryStatus"]) == ("Stopped", "Stopped")
     statuses = [t["Status"] for t in d["SecondaryStatusTransitions"]]
     assert "Stopping" in statuses and statuses[-1] == "Stopped", statuses
+    assert len(d["Emulator"]["Hosts"]) == 2, d["Emulator"]["Hosts"]  # _start's 2 hosts
     assert {h["How"] for h in d["Emulator"]["Hosts"]} <= {"signal SIGTERM", "signal SIGKILL"}
     assert not list(Path(tempfile.gettempdir()).glob(f"sm-emulator-{job[:20]}-*"))
