@@ -154,8 +154,8 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
 
 
 def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:
-    """DeepSpeed ZeRO-2 and ZeRO-3 (installed by the job's ``requirements.txt``, as on SageMaker's
-    PyTorch DLC, which does not ship it) with torch's AdamW on 4 emulated GPUs over 2 hosts.
+    """DeepSpeed ZeRO-2 and ZeRO-3 (0.19.8 from the job's ``requirements.txt``, over the 0.19.2 the
+    2.13 DLC ships: emulator/job/dlc_images.json) with torch's AdamW on 4 emulated GPUs over 2 hosts.
     Oracle: single-process AdamW on the whole global batch (``tests/scripts_deepspeed``)."""
     source = SCRIPTS.parent / "scripts_deepspeed"
     result = emulator.run(entry_point="deepspeed_zero.py", source_dir=source, output_path=tmp_path,

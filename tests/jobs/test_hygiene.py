@@ -202,7 +202,7 @@ def test_shared_script_dirs_import_no_lightning() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# No test passes without checking anything (issue 37): a test whose only assertions sit inside a
+# No test passes without checking anything: a test whose only assertions sit inside a
 # loop over a result passes with zero iterations when the job failed or its files were renamed.
 # Such a test first asserts the job's status and the count (ranks, hosts, files) it iterates over.
 
@@ -307,7 +307,7 @@ def test_no_test_asserts_only_in_a_loop_that_may_be_empty() -> None:
     assert sorted(set(LOOP_ONLY_ALLOWED) - set(found)) == [], "stale LOOP_ONLY_ALLOWED entries"
 
 
-#: The shape of issue 37: ``test_gpu_memory_is_the_instance_types`` before it checked the job.
+#: The shape to find: ``test_gpu_memory_is_the_instance_types`` before it checked the job.
 ISSUE_37 = """
 def _reports(result):
     return [json.loads(data) for name, data in sorted(result.model_files().items()) if name.startswith("rank-")]
@@ -319,7 +319,7 @@ def test_gpu_memory_is_the_instance_types(algo2_first):
 
 
 def test_the_loop_only_check_sees_the_issue_shape_and_what_fixes_it(tmp_path: Path) -> None:
-    """Positive control: the shape of issue 37 is found (in a file of the suite's layout too), and
+    """Positive control: the loop-only shape is found (in a file of the suite's layout too), and
     asserting the status and the count before the loop is what clears it."""
     assert loop_only_tests(ISSUE_37) == (["test_gpu_memory_is_the_instance_types"], 1)
     (tmp_path / "tests" / "sub").mkdir(parents=True)
