@@ -46,6 +46,12 @@ _STATE: dict[str, str] = {}
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ[OWNER_VAR] = OWNER
+    # A suite started in the background (`nohup … &`, a CI agent) inherits SIGINT ignored, and
+    # every emulator a test starts would inherit that too: a test's Ctrl-C (SIGINT) would then be
+    # lost, as a shell means it to be for background jobs. Tests send SIGINT as a user's terminal
+    # does, to a foreground emulator: restore Python's handler (children then get the default).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # SDK launchers always name a DLC (framework_version or image_uri); the suite runs them with
     # today's torch unless a test asks otherwise (tests/jobs/test_framework_jobs.py does).
     os.environ.setdefault("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", "current")
