@@ -106,9 +106,12 @@ def inputs(install: Any) -> dict[str, Any]:
     img = install.image
     requirements = [r.replace("===", "==") for r in install.torch] + list(install.packages)
     checks = ["torch", "sagemaker_training"] + (["mpi4py.MPI"] if "mpi4py" in img.distributions else [])
+    # cv2 loads libGL and friends, the DLC's system libraries only the image's stage installs.
+    image_checks = ["cv2"] if any(r.startswith("opencv-python") for r in requirements) else []
     return {"requirements": requirements, "constraints": list(install.constraints), "no_deps": list(install.no_deps),
             "toolkits": list(install.toolkits),
-            "date": install.uploaded_prior_to or "", "check": ", ".join(checks)}
+            "date": install.uploaded_prior_to or "", "check": ", ".join(checks),
+            "image_check": ", ".join([*checks, *image_checks])}
 
 
 def image_hash(install: Any, base_id: str) -> str:
@@ -171,7 +174,9 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
         ca.write_text("")
     python = image_python(install)
     cmd = ["build", "--force-rm", "--build-arg", f"BASE_IMAGE={base_image or base_tag(suite(install))}",
-           "--build-arg", f"CHECK_IMPORTS={data['check']}", "--build-arg", f"UPLOADED_PRIOR_TO={data['date']}",
+           "--build-arg", f"CHECK_IMPORTS={data['check']}",
+           "--build-arg", f"IMAGE_CHECK_IMPORTS={data['image_check']}",
+           "--build-arg", f"UPLOADED_PRIOR_TO={data['date']}",
            "--build-arg", f"TOOLKITS={' '.join(data['toolkits'])}",
            "--build-arg", f"EXTRA_PACKAGES={' '.join(SUITE_PACKAGES.get(suite(install), ()))}",
            "-f", str(HERE / "Dockerfile"), "-t", tag, *(["-t", f"{REPO}:latest"] if latest else []),
