@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps|doctor``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed.
@@ -167,6 +167,9 @@ def parser() -> argparse.ArgumentParser:
     ps.add_argument("job_dir", metavar="JOB_DIR", nargs="?")
     ps.add_argument("hosts", metavar="HOST", nargs="*", help="only these hosts")
     # -- end shell, ps --
+    doctor = sub.add_parser("doctor", help="which backends can run here, and the fix where one cannot "
+                                           "(exit 0 iff at least one can)")
+    doctor.add_argument("--json", action="store_true", help="the checks as JSON")
     return p
 
 
@@ -258,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return launch(args.script, args.args)
         if args.command == "timeline":
             return _timeline(args.job_dir)
+        if args.command == "doctor":
+            from .backends import run_doctor
+
+            return run_doctor(["--json"] if args.json else [])
     except RequestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

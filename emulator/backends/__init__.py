@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 
 from ..errors import RequestError
 from .base import AUTO, Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime, World
@@ -14,7 +15,7 @@ BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
 DEFAULT_BACKEND = AUTO
 
 __all__ = ["AUTO", "BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
-           "LaunchSpec", "Mount", "Runtime", "World", "get_backend"]
+           "LaunchSpec", "Mount", "Runtime", "World", "get_backend", "run_doctor"]
 
 
 def get_backend(name: str) -> Backend:
@@ -29,3 +30,11 @@ def get_backend(name: str) -> Backend:
     backend: Backend = getattr(importlib.import_module(module), cls)()
     backend.choice = choice  # type: ignore[attr-defined]  # read by choose.describe (job.json)
     return backend
+
+
+def run_doctor(argv: Sequence[str] = ()) -> int:
+    """``python -m emulator doctor [--json]``: which backends can run here, by the probes a job's
+    start uses (:mod:`.doctor`); the exit code is 0 iff at least one can."""
+    from .doctor import main
+
+    return main(argv)

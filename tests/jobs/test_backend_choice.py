@@ -21,6 +21,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,84 @@ def test_images_and_wheelhouse_need_no_docker_cli(tmp_path: Path, monkeypatch: p
     with pytest.raises(BackendUnavailable) as err:
         wheelhouse.image_id(f"sagemaker-emulator:no-such-tag-{uuid.uuid4().hex[:6]}")
     assert engine.endpoint() in str(err.value) and "nox -s image" in str(err.value)
+
+
+# -- python -m emulator doctor: the same probes, so it cannot disagree with auto --------------------
+
+
+def _doctor(*bwrap: str, env: dict[str, str] | None = None, cache: Path,
+            sandbox: bool = True) -> tuple[subprocess.CompletedProcess[str], dict[str, dict[str, Any]]]:
+    """``python -m emulator doctor --json`` (this checkout), in the same kind of sandbox as
+    :func:`_sandboxed` (or without one), and its checks by name."""
+    full = {"PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(cache), **(env or {})}
+    if sandbox:
+        setenv = [a for k, v in full.items() for a in ("--setenv", k, v)]
+        argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", *bwrap, *setenv]
+    else:
+        argv = []
+    done = subprocess.run([*argv, sys.executable, "-m", "emulator", "doctor", "--json"], capture_output=True,
+                          text=True, timeout=120, check=False, env=None if sandbox else {**os.environ, **full})
+    assert done.stdout, done.stderr
+    return done, {c["name"]: c for c in json.loads(done.stdout)}
+
+
+def _auto(done: subprocess.CompletedProcess[str]) -> str | None:
+    """The backend ``python -m emulator.backends.choose`` picked, None when it refused (exit 3)."""
+    return json.loads(done.stdout.splitlines()[0]).get("backend") if done.returncode == 0 else None
+
+
+def test_doctor_here_agrees_with_auto(tmp_path: Path) -> None:
+    done, checks = _doctor(cache=tmp_path, sandbox=False)
+    assert done.returncode == 0 and checks["process"]["ok"] is True, checks
+    assert checks["auto"]["ok"] is True and checks["auto"]["detail"].startswith(f"{get_backend('auto').name}: ")
+    assert set(checks) == {"process", "docker", "mpi", "disk", "auto"}
+
+
+@needs_bwrap
+def test_doctor_without_capabilities_and_no_engine_exits_1_naming_both_fixes(tmp_path: Path) -> None:
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    sandbox = ("--uid", "0", "--gid", "0", "--cap-drop", "ALL")
+    done, checks = _doctor(*sandbox, env=env, cache=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert not checks["process"]["ok"] and "Operation not permitted" in checks["process"]["detail"]  # EPERM
+    assert not checks["docker"]["ok"] and f"unix://{tmp_path}/no-engine.sock" in checks["docker"]["detail"]
+    assert checks["process"]["fix"] and checks["docker"]["fix"]
+    assert not checks["auto"]["ok"] and _auto(_sandboxed(*sandbox, env=env, cache=tmp_path)) is None
+
+
+@needs_bwrap
+@needs_engine
+def test_doctor_without_capabilities_picks_the_engine_as_auto_does(tmp_path: Path) -> None:
+    sandbox = ("--uid", "0", "--gid", "0", "--cap-drop", "ALL")
+    done, checks = _doctor(*sandbox, cache=tmp_path)
+    assert not checks["process"]["ok"] and checks["auto"]["ok"], checks
+    assert _auto(_sandboxed(*sandbox, cache=tmp_path)) == "docker"
+    assert checks["auto"]["detail"].startswith("docker: ")
+    assert done.returncode == (0 if checks["docker"]["ok"] else 1)  # the docker row also needs the image
+
+
+@needs_bwrap
+def test_doctor_where_no_user_namespace_may_be_made_names_the_sysctl(tmp_path: Path) -> None:
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    sandbox = ("--uid", "1000", "--gid", "1000", "--disable-userns")
+    done, checks = _doctor(*sandbox, env=env, cache=tmp_path)
+    assert done.returncode == 1 and "No space left on device" in checks["process"]["detail"]  # ENOSPC
+    assert "user.max_user_namespaces" in checks["process"]["fix"]
+    assert _auto(_sandboxed(*sandbox, env=env, cache=tmp_path)) is None
+
+
+def test_doctor_without_the_tools_names_each_package(tmp_path: Path) -> None:
+    """A PATH without bwrap, mpirun, ssh and ssh-keygen (unshare and ip kept: the probe still runs)."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("unshare", "nsenter", "ip", "sh", "grep"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tools / tool).symlink_to(found)
+    env = {"PATH": str(tools), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    done, checks = _doctor(cache=tmp_path, env=env, sandbox=False)
+    assert not checks["process"]["ok"] and checks["process"]["detail"].startswith("missing bwrap")
+    assert "bubblewrap" in checks["process"]["fix"]
+    for tool, package in (("mpirun", "openmpi-bin"), ("ssh-keygen", "openssh-client")):
+        assert f"{tool} ({package})" in checks["mpi"]["detail"]
+    assert done.returncode == 1 and not checks["auto"]["ok"]

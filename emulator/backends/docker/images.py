@@ -41,12 +41,11 @@ from ...job import dlc, frameworks
 from .. import manifest
 from . import engine
 from . import reaper as helpers
-from .names import DEFAULT_IMAGE
+from .names import BUILD_SCRIPT, DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from ...job.request import JobRequest
 
-BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "build.py"
 LOGS = cache_dir("images")
 #: Lines of the build's output shown on the console (the rest goes to the log).
 PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
