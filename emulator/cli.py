@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps|doctor``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps|doctor|cache``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed.
@@ -170,6 +170,9 @@ def parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="which backends can run here, and the fix where one cannot "
                                            "(exit 0 iff at least one can)")
     doctor.add_argument("--json", action="store_true", help="the checks as JSON")
+    cache = sub.add_parser("cache", help="list what the emulator keeps here (layers, environments, images), "
+                                         "or prune what is not in use (cache --help)", add_help=False)
+    cache.add_argument("args", nargs=argparse.REMAINDER, help="[list] | prune [--older-than DURATION] [--all]")
     return p
 
 
@@ -220,7 +223,16 @@ def _ended(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["cache"]:  # its own options and --help (emulator/backends/store.py)
+        from .backends import run_tool
+
+        try:
+            return run_tool("cache", given[1:])
+        except RequestError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    args = parser().parse_args(given)
     previous = signal.signal(signal.SIGTERM, _terminate) if args.command in ("run", "launch") else None
     try:
         if args.command == "run":
@@ -262,9 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "timeline":
             return _timeline(args.job_dir)
         if args.command == "doctor":
-            from .backends import run_doctor
+            from .backends import run_tool
 
-            return run_doctor(["--json"] if args.json else [])
+            return run_tool("doctor", ["--json"] if args.json else [])
     except RequestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

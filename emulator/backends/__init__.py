@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import RequestError
 from .base import AUTO, Backend, HostHandle, HostLaunch, JobHandle, KeptHosts, LaunchSpec, Mount, Runtime, World
@@ -15,7 +15,7 @@ BACKENDS = {"process": "emulator.backends.process.backend:ProcessBackend",
 DEFAULT_BACKEND = AUTO
 
 __all__ = ["AUTO", "BACKENDS", "DEFAULT_BACKEND", "Backend", "HostHandle", "HostLaunch", "JobHandle", "KeptHosts",
-           "LaunchSpec", "Mount", "Runtime", "World", "get_backend", "run_doctor"]
+           "LaunchSpec", "Mount", "Runtime", "World", "get_backend", "run_tool"]
 
 
 def get_backend(name: str) -> Backend:
@@ -32,9 +32,12 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def run_doctor(argv: Sequence[str] = ()) -> int:
-    """``python -m emulator doctor [--json]``: which backends can run here, by the probes a job's
-    start uses (:mod:`.doctor`); the exit code is 0 iff at least one can."""
-    from .doctor import main
+#: The commands about this machine rather than a job, by name: their module's ``main(argv) -> int``.
+TOOLS = {"doctor": "emulator.backends.doctor", "cache": "emulator.backends.store"}
 
+
+def run_tool(name: str, argv: Sequence[str] = ()) -> int:
+    """``python -m emulator doctor|cache …`` (:data:`TOOLS`), loaded by name as the backends are:
+    which backends can run here (:mod:`.doctor`), and what the emulator keeps here (:mod:`.store`)."""
+    main: Callable[[Sequence[str]], int] = importlib.import_module(TOOLS[name]).main
     return main(argv)
