@@ -35,11 +35,12 @@ from ..errors import BackendUnavailable
 from .choose import Probe, decide, engine, probe_process, process_cause
 from .docker.engine import image_id
 from .docker.names import BUILD_SCRIPT, DEFAULT_IMAGE
+from .layers import LAYER_BYTES
 from .process.sshd import KEYGEN, SSHD
 
-#: What one framework family's process-backend layers take (README "The DLC's packages": the 2.13
-#: base layer 4.8 GB and its CPU image layer 1.9 GB); a docker image takes 3 to 7.3 GB more.
-FAMILY_BYTES = 7 * 10**9
+#: What one framework family's process-backend layers take (the check the layers' install makes
+#: before a download); a docker image takes 3 to 7.3 GB more.
+FAMILY_BYTES = sum(LAYER_BYTES.values())
 #: The checks a job's start decides on (``mpi`` and ``disk`` only warn).
 BACKEND_CHECKS = ("process", "docker")
 

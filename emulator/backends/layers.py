@@ -54,6 +54,10 @@ MANIFEST = "manifest.json"
 INSTALL_TIMEOUT = 3600
 #: Keys of this machine's pip configuration the layers' pip keeps (see the module docstring).
 KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", "timeout", "retries")
+#: Disk a layer takes once made, for the check before one is made (measured, README "The DLC's
+#: packages": a family's torch with its nvidia-* wheels 4.8 to 4.9 GB; an image layer 1.9 GB, a
+#: Hugging Face one more), with room for pip's unpacking.
+LAYER_BYTES = {"base": 5_000_000_000, "image": 2_500_000_000}
 #: Environment variables of pip's that would bring in files without upload times (dropped).
 DROPPED_PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
                     "PIP_CONFIG_FILE", "PIP_TARGET", "PIP_PREFIX", "PIP_USER")
@@ -190,13 +194,30 @@ def ensure(install: InstallSet, log: Path, *, env: Mapping[str, str] | None = No
     ``sys.path`` order. Raises :class:`~emulator.errors.BackendUnavailable` naming the layer and
     ``log`` when pip fails."""
     pip_env = pip_environment(env)
-    base = base_layer(install)
-    if not (base.ready and image_layer(install).ready):
+    base, top = base_layer(install), image_layer(install)
+    _require_disk([(layer, kind) for layer, kind in ((base, "base"), (top, "image")) if not layer.ready])
+    if not (base.ready and top.ready):
         _require_pip()
     _make(base, log, lambda part: _install_base(install, part, log, pip_env))
-    top = image_layer(install)
     _make(top, log, lambda part: _install_image(install, base, part, log, pip_env))
     return [top, base]
+
+
+def _require_disk(missing: Sequence[tuple[Layer, str]]) -> None:
+    """Refuse before any download when the layers still to make (with their kind, a key of
+    :data:`LAYER_BYTES`) would not fit on the disk of :data:`LAYERS`, naming the numbers and how to
+    make room."""
+    if not missing:
+        return
+    LAYERS.mkdir(parents=True, exist_ok=True)
+    need = sum(LAYER_BYTES[kind] for _, kind in missing)
+    free = shutil.disk_usage(LAYERS).free
+    if free < need:
+        raise BackendUnavailable(
+            f"the framework layers of this job ({'; '.join(layer.what for layer, _ in missing)}) need about "
+            f"{need / 1e9:.1f} GB at {LAYERS} and {free / 1e9:.1f} GB are free, so nothing was downloaded: "
+            "make room (`python -m emulator cache` lists what the emulator keeps; `python -m emulator cache prune "
+            "--older-than 30d` or `--all` removes what no job uses), or set XDG_CACHE_HOME to a larger disk")
 
 
 def _make(layer: Layer, log: Path, install: object) -> None:

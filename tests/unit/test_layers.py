@@ -7,6 +7,7 @@ Oracle: the wheel format (a ``.dist-info`` folder with ``METADATA`` and ``RECORD
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,26 @@ def test_a_family_shares_one_torch_layer() -> None:
     cpu = layers.image_layer(frameworks.install_set(dlc.image("pytorch-2.5-cpu"))).path
     gpu = layers.image_layer(frameworks.install_set(dlc.image("pytorch-2.5-gpu"))).path
     assert cpu != gpu  # their other packages differ (AWS's files: mpi4py, SMDDP, ...)
+
+
+def test_a_layer_that_would_not_fit_is_refused_before_any_download(tmp_path: Path) -> None:
+    """A cache folder on a 64 MB tmpfs (a mount namespace of its own; statvfs(2) is the oracle):
+    making the default world's layers is refused with the numbers and the prune fix, and pip
+    never ran (no log, no half-made layer)."""
+    cache, log = tmp_path / "cache", tmp_path / "pip.log"
+    cache.mkdir()
+    code = ("import sys; from pathlib import Path; from emulator.backends import layers; from emulator.job import "
+            "dlc, frameworks\ntry:\n    layers.ensure(frameworks.install_set(dlc.image(dlc.CURRENT_IMAGE)), "
+            f"Path({str(log)!r}))\nexcept Exception as e:\n    print(type(e).__name__, e); sys.exit(3)")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    done = subprocess.run(["unshare", *user, "--mount", "sh", "-c",
+                           f'mount -t tmpfs -o size=64m tmpfs "{cache}" && exec "$0" -c "$1"', sys.executable, code],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    if "mount" in done.stderr and done.returncode != 3:
+        pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.startswith("BackendUnavailable") and "7.5 GB" in done.stdout and "GB are free" in done.stdout
+    assert "cache prune" in done.stdout
+    assert not log.exists() and not list(cache.rglob("*.part"))
