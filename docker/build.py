@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -35,14 +34,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-#: A source checkout has docker/ beside emulator/; an installed wheel carries this folder as the
-#: package data emulator/backends/docker/context/ (pyproject.toml), four levels below site-packages.
-CHECKOUT = (HERE.parent / "emulator").is_dir()
-ROOT = HERE.parent if CHECKOUT else HERE.parents[3]
-#: Build contexts: docker/.build in a checkout; the user's cache folder from a wheel (site-packages
-#: may be read-only).
-BUILD = HERE / ".build" if CHECKOUT else Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "sagemaker-emulator", "images", "build")
+ROOT = HERE.parent
+BUILD = HERE / ".build"
 REPO = "sagemaker-emulator"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 #: Files of docker/ copied into every build context (and hashed).

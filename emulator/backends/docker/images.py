@@ -7,9 +7,8 @@ the first time it is needed (progress lines and an estimate on the console, the 
 log file), then reused. No DLC named (``current``) runs ``sagemaker-emulator:latest``, the image of
 :data:`emulator.job.dlc.CURRENT_IMAGE` that ``nox -s image`` builds and tags (so a job from an
 installed emulator without the ``docker/`` folder or a docker CLI, e.g. in a CI container, runs it).
-A DLC's image build runs this project's ``docker/build.py``: a source checkout's, or the copy an
-installed wheel carries (:data:`~.names.BUILD_SCRIPT`; same files, so the same image tags). A
-user's own image (an ``image_uri`` that is no PyTorch DLC) runs as given.
+A DLC's image build needs this project's ``docker/`` folder (a source checkout). A user's own image
+(an ``image_uri`` that is no PyTorch DLC) runs as given.
 
 :func:`planned` says which image a job runs without side effects (the launch spec and ``plan``
 use it; an image not built yet is named by the tag it will get); :func:`ensure` builds it (the
@@ -56,9 +55,8 @@ PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
 def _build_module() -> ModuleType:
     if not BUILD_SCRIPT.is_file():
         raise BackendUnavailable(
-            f"framework images are built by the project's docker/build.py, not found at {BUILD_SCRIPT} "
-            "(neither a source checkout nor the wheel's copy); reinstall the emulator, or use "
-            "framework_version='current'")
+            f"framework images are built from the project's docker/ folder, not found at "
+            f"{BUILD_SCRIPT.parent}; use a source checkout, or framework_version='current'")
     spec = importlib.util.spec_from_file_location("_sm_emulator_docker_build", BUILD_SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -15,11 +15,8 @@ from ...inhost import protocol as P
 
 #: The emulator's own image (``nox -s image``), run when a job names no image the engine has.
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
-#: The script that builds the images: a source checkout's ``docker/build.py``, else the copy of
-#: that folder an installed wheel carries (``emulator/backends/docker/context``, pyproject.toml).
-BUILD_SCRIPT = next((p for p in (Path(__file__).resolve().parents[3] / "docker" / "build.py",
-                                 Path(__file__).resolve().parent / "context" / "build.py") if p.is_file()),
-                    Path(__file__).resolve().parents[3] / "docker" / "build.py")
+#: The script that builds the images: a source checkout's ``docker/build.py`` (not in a wheel).
+BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "build.py"
 LABEL = "sagemaker-emulator"
 LABEL_JOB = f"{LABEL}.job"
 LABEL_HOST = f"{LABEL}.host"
