@@ -60,6 +60,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-local-path", help="CheckpointConfig.LocalPath (default /opt/ml/checkpoints; "
                    "needs --checkpoint-dir)")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--metric-definition", action="append", default=[], metavar="NAME=REGEX",
+                   help="a MetricDefinition (the name ends at the first '='), read from the hosts' logs "
+                        "into FinalMetricDataList; repeat for more")
     p.add_argument("--max-run", type=int, default=86_400, metavar="SECONDS")
     p.add_argument("--job-name")
     p.add_argument("--output-dir", default="./out", help="a folder per job goes here")
@@ -127,7 +130,9 @@ def _request(args: argparse.Namespace) -> Any:
         host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
         smddp_strict=args.smddp_strict, wait_on_rendezvous_errors=args.wait_on_rendezvous_errors,
         framework_version=args.framework_version, py_version=args.py_version,
-        profile=args.profile)
+        profile=args.profile,
+        metric_definitions=[{"Name": k, "Regex": v}
+                            for k, v in _kv(args.metric_definition, "--metric-definition").items()] or None)
 
 
 def parser() -> argparse.ArgumentParser:

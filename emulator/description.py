@@ -47,11 +47,13 @@ def describe(request: JobRequest, *, transitions: Sequence[Transition], created:
              status: str, secondary_status: str, runner: str | None, hosts: Sequence[HostOutcome],
              first_failure: FirstFailure | None, diagnostics: Sequence[Diagnostic], backend: str,
              failure: str | None, training_image: str | None, billable_seconds: float | None = None,
-             emulator: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             emulator: Mapping[str, Any] | None = None,
+             fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``job.json`` of a finished job. ``failure``: its ``FailureReason`` (Failed jobs; None:
     :func:`failure_reason`); ``training_image``: ``AlgorithmSpecification.TrainingImage`` when the
     request names none; ``billable_seconds``: ``BillableTimeInSeconds`` when it is not the training
-    time (spot); ``emulator``: more fields of ``Emulator``."""
+    time (spot); ``emulator``: more fields of ``Emulator``; ``fields``: DescribeTrainingJob fields
+    the observers filled (``FinalMetricDataList``)."""
     start = next((t.start for t in transitions if t.status == "Downloading"), created)
     seconds = max(1, round(end - start))
     first = first_failure
@@ -73,6 +75,7 @@ def describe(request: JobRequest, *, transitions: Sequence[Transition], created:
         d["BillableTimeInSeconds"] = max(1, round(billable_seconds))
     model = request.job_dir / "output" / "model.tar.gz"
     d["ModelArtifacts"] = {"S3ModelArtifacts": model.as_uri() if model.exists() else None}
+    d.update(fields or {})
     if status == "Failed":
         d["FailureReason"] = failure or failure_reason(hosts, first)
     d["Emulator"] = {

@@ -98,13 +98,15 @@ class FinishContext:
 @dataclass
 class Report:
     """What an observer adds to the result: diagnostics, warnings, fields of ``job.json``'s
-    ``Emulator`` object, and lines for the console summary."""
+    ``Emulator`` object, DescribeTrainingJob fields it fills (``description``, e.g.
+    ``FinalMetricDataList``), and lines for the console summary."""
 
     diagnostics: list[Diagnostic] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     emulator: dict[str, Any] = field(default_factory=dict)
     console: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    description: dict[str, Any] = field(default_factory=dict)
 
 
 class Observer:

@@ -176,11 +176,12 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
     """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture
-    at stop, collectives out of step, quiet failures, deaths at interpreter exit, and the timeline (last:
-    it draws every event)."""
+    at stop, collectives out of step, quiet failures, deaths at interpreter exit, the metric
+    definitions' values (when any), and the timeline (last: it draws every event)."""
     from .diagnostics.collectives import CollectiveCheck
     from .diagnostics.exitdeaths import ExitDeaths
     from .diagnostics.faults import FaultObserver
+    from .diagnostics.metrics import MetricsObserver
     from .diagnostics.quiet import QuietFailures
     from .diagnostics.quirks import QuirkObserver
     from .diagnostics.rendezvous import RendezvousCheck
@@ -192,6 +193,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
             StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), SmddpNotes(request),
+            *([MetricsObserver(request.metric_definitions)] if request.metric_definitions else []),
             Timeline(request.job_name, png=request.speedups().timeline_png)]
 
 
@@ -483,7 +485,7 @@ class _JobRun:
             training_image=image or (self.job_plan.runtime.training_image if self.job_plan is not None else None),
             # spot: billed for training time only, across the attempts
             billable_seconds=sum(a.training_seconds for a in attempts) if spot else None,
-            emulator=emulator)
+            emulator=emulator, fields=merged.description)
         write_description(self.job_dir / "job.json", description)
         if not self.keep_hosts:
             shutil.rmtree(self.job_dir / "hosts", ignore_errors=True)
@@ -571,4 +573,5 @@ def _merge(reports: Sequence[Report]) -> Report:
         merged.emulator.update(r.emulator)
         merged.console += r.console
         merged.events += r.events
+        merged.description.update(r.description)
     return merged

@@ -33,6 +33,7 @@ from . import distribution as dist
 from . import dlc, frameworks, profiles, sdk_refusals
 from .frameworks import Selection
 from .instance_types import DEFAULT_INSTANCE_TYPE, InstanceType, lookup, refuse_neuron
+from .metrics import MetricDefinition, parse_definitions
 
 #: Limits from the CreateTrainingJob API model (botocore ``sagemaker/2017-07-24/service-2.json``).
 #: ``TrainingContainerEntrypoint``/``TrainingContainerArguments``: 1-100 strings of 0-256 characters.
@@ -138,6 +139,9 @@ class JobRequest:
     #: ``image_uri`` instead, which :attr:`framework` reads); ``"current"``: today's torch.
     framework_version: str | None = None
     py_version: str | None = None
+    #: ``AlgorithmSpecification.MetricDefinitions``: what the emulator reads from the hosts' logs
+    #: into ``FinalMetricDataList`` (see :mod:`emulator.job.metrics`).
+    metric_definitions: tuple[MetricDefinition, ...] = ()
 
     @property
     def framework(self) -> Selection | None:
@@ -230,7 +234,9 @@ class JobRequest:
                                        **({"ContainerEntrypoint": list(self.container_entrypoint)}
                                           if self.container_entrypoint is not None else {}),
                                        **({"ContainerArguments": list(self.container_arguments)}
-                                          if self.container_arguments is not None else {})},
+                                          if self.container_arguments is not None else {}),
+                                       **({"MetricDefinitions": [d.to_dict() for d in self.metric_definitions]}
+                                          if self.metric_definitions else {})},
         }
 
     def resource_config(self) -> dict[str, Any]:
@@ -298,12 +304,14 @@ def create(
     framework_version: str | None = None,
     py_version: str | None = None,
     profile: str = profiles.EXACT,
+    metric_definitions: Sequence[Mapping[str, str]] | None = None,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
     ``hyperparameters`` are plain Python values; they are JSON-encoded as the SDK encodes them,
     and the SDK's ``sagemaker_*`` keys are added (program, submit directory, log level, job name,
-    region, and the distribution's keys).
+    region, and the distribution's keys). ``metric_definitions``: the estimator's
+    ``[{"Name": …, "Regex": …}]``, sent as ``AlgorithmSpecification.MetricDefinitions``.
     """
     if isinstance(entry_point, str):
         sdk_refusals.check_entry_point(entry_point)
@@ -357,7 +365,9 @@ def create(
         "ResourceConfig": resource_config(groups, heterogeneous=hetero),
         "StoppingCondition": {"MaxRuntimeInSeconds": max_run},
         "Environment": dict(environment or {}),
-        "AlgorithmSpecification": {"TrainingImage": image_uri} if image_uri else {},
+        "AlgorithmSpecification": {**({"TrainingImage": image_uri} if image_uri else {}),
+                                   **({"MetricDefinitions": metric_definitions}
+                                      if metric_definitions is not None else {})},
         **({"CheckpointConfig": {"LocalPath": checkpoint_local_path}} if checkpoint_local_path else {}),
     }
     request = from_wire(
@@ -428,6 +438,7 @@ def from_wire(create: Mapping[str, Any], *, entry_point: str, source_dir: Path, 
         image_uri=algo.get("TrainingImage"),
         container_entrypoint=entrypoint,
         container_arguments=arguments,
+        metric_definitions=parse_definitions(algo.get("MetricDefinitions")),
         **options,
     )
 

@@ -27,9 +27,10 @@ strings, and a request with neither ``sagemaker_program`` nor ``ContainerEntrypo
 
 Ignored (accepted, not emulated): ``RoleArn``, ``VpcConfig``, ``EnableNetworkIsolation``,
 ``EnableInterContainerTrafficEncryption``, managed spot (``EnableManagedSpotTraining``,
-``MaxWaitTimeInSeconds``), ``RetryStrategy``, Debugger/Profiler/TensorBoard configs,
-``MetricDefinitions``, ``Tags``, ``ExperimentConfig``, ``OutputDataConfig.KmsKeyId`` and
-``CompressionType``.
+``MaxWaitTimeInSeconds``), ``RetryStrategy``, Debugger/Profiler/TensorBoard configs, ``Tags``,
+``ExperimentConfig``, ``OutputDataConfig.KmsKeyId`` and ``CompressionType``.
+``AlgorithmSpecification.MetricDefinitions`` are read from the hosts' logs
+(:mod:`emulator.job.metrics`).
 """
 
 from __future__ import annotations
