@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..backends import get_backend
+from ..diagnostics.metrics import METRICS_FILE
 from ..errors import EmulatorError, RequestError
 from ..inhost import protocol as P
 from ..job import profiles
 from ..job.result import JobResult, iso
+from .cwmetrics import publish as publish_metrics
 from .redirect import FRAMEWORK_VAR
 from .s3 import INTERNAL, S3Store, default_store
 from .translate import Translated, from_create_training_job
@@ -71,6 +73,8 @@ class EmulatedJob:
     description: dict[str, Any] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
+    #: Its metric values are in this process's CloudWatch (moto; :mod:`emulator.sdk.cwmetrics`).
+    metrics_published: bool = False
 
     @property
     def stop_requested(self) -> bool:
@@ -199,6 +203,9 @@ class EmulatorSageMakerClient:
                     "CreationTime": iso(job.created), "LastModifiedTime": iso(time.time())}
         elif (job.job_dir / "job.json").exists():
             desc = json.loads((job.job_dir / "job.json").read_text())
+            if not job.metrics_published:  # once per process (an attached job's too)
+                job.metrics_published = True
+                publish_metrics(TrainingJobName, job.job_dir / METRICS_FILE, region=self.region)
         else:
             desc = {"TrainingJobName": TrainingJobName, "TrainingJobArn": self.arn(TrainingJobName),
                     "TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
@@ -229,6 +236,9 @@ class EmulatorSageMakerClient:
         for key in TIME_FIELDS:
             if isinstance(out.get(key), str):
                 out[key] = datetime.fromisoformat(out[key])
+        for m in out.get("FinalMetricDataList", []):
+            if isinstance(m.get("Timestamp"), str):
+                m["Timestamp"] = datetime.fromisoformat(m["Timestamp"])
         for t in out.get("SecondaryStatusTransitions", []):
             for key in ("StartTime", "EndTime"):
                 if isinstance(t.get(key), str):

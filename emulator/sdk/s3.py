@@ -32,8 +32,9 @@ from ..inhost import protocol as P
 #: The default root of the S3 mirror.
 DEFAULT_ROOT = cache_dir("s3")
 #: Services moto answers while the emulator's S3 is open; everything else is refused by moto.
-#: CloudWatch Logs carries the hosts' logs for SDK v3 (:mod:`emulator.sdk.cwlogs`).
-MOCKED_SERVICES = ["s3", "sts", "iam", "logs"]
+#: CloudWatch Logs carries the hosts' logs for SDK v3 (:mod:`emulator.sdk.cwlogs`), CloudWatch
+#: the metric definitions' values (:mod:`emulator.sdk.cwmetrics`).
+MOCKED_SERVICES = ["s3", "sts", "iam", "logs", "cloudwatch"]
 #: The account moto reports (``sts get-caller-identity``).
 ACCOUNT = P.ACCOUNT_ID
 #: Folders under the root that hold emulator bookkeeping rather than buckets.

@@ -9,12 +9,14 @@ here is :class:`~emulator.sdk.client.EmulatorSageMakerClient`: the job runs on h
 Emulated: ``fit(wait=..., logs=...)`` (host logs stream with an ``[algo-N]`` prefix),
 ``describe()``, ``latest_training_job``, ``model_data``, ``Estimator.attach()``, ``stop()``,
 ``default_bucket()``, ``upload_data``, ``get_execution_role()`` (a fixed role ARN), S3 through
-moto backed by a local folder (:mod:`emulator.sdk.s3`). A failed job raises the SDK's own
+moto backed by a local folder (:mod:`emulator.sdk.s3`), ``metric_definitions`` read from
+the hosts' logs (``FinalMetricDataList``; ``training_job_analytics`` through moto's
+CloudWatch, :mod:`emulator.sdk.cwmetrics`). A failed job raises the SDK's own
 ``UnexpectedStatusException`` carrying the emulator's ``FailureReason``.
 
 Not emulated: every other SageMaker API (endpoints, processing, tuning, pipelines: they raise
-``NotImplementedError``), CloudWatch metrics, IAM permission checks, and any AWS call at all —
-nothing leaves the machine, no AWS account or credentials are needed.
+``NotImplementedError``), SageMaker's instance metrics (CPU, GPU, memory), IAM permission
+checks, and any AWS call at all — nothing leaves the machine, no AWS account or credentials are needed.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ TRAIN = """\
 import json, os, sys
 print("argv", json.dumps(sys.argv[1:]), flush=True)
 print("channel", json.dumps(sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"]))), flush=True)
+print("epoch 1 Loss: 0.42", flush=True)
 if os.environ["SM_CURRENT_HOST"] in os.environ.get("FAIL_ON", "").split(","):
     raise SystemExit("failing on purpose on " + os.environ["SM_CURRENT_HOST"])
 with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w") as f:
@@ -86,7 +87,10 @@ def completed(project: Path, session: Any) -> tuple[Any, list[logging.LogRecord]
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        trainer = _trainer(project, session)
+        from sagemaker.core.shapes import MetricDefinition
+
+        trainer = _trainer(project, session).with_metric_definitions(
+            [MetricDefinition(name="loss", regex="Loss: ([0-9.]+)")])
         trainer.train(input_data_config=_input(project), wait=True, logs=True)
     finally:
         logger.removeHandler(handler)
@@ -119,6 +123,15 @@ def test_the_script_sees_the_hyperparameters_and_channel_as_v3_sends_them(comple
     expected_argv = hyperparameters_to_cli_args(sent)  # the SDK's own driver code is the oracle
     assert f"argv {json.dumps(expected_argv)}" in log
     assert 'channel ["a.csv", "nested"]' in log  # the local folder's layout, uploaded and downloaded
+
+
+def test_with_metric_definitions_fills_final_metric_data_list(completed: Any) -> None:
+    """v3's ``with_metric_definitions`` sends ``MetricDefinitions``; the job's value comes back through
+    the SDK's own ``TrainingJob`` (its DescribeTrainingJob model parses ``FinalMetricDataList``)."""
+    trainer, _ = completed
+    job = trainer._latest_training_job
+    job.refresh()
+    assert [(m.metric_name, m.value) for m in job.final_metric_data_list] == [("loss", 0.42)]
 
 
 def test_logs_true_streams_every_host_from_cloudwatch(completed: Any) -> None:

@@ -27,6 +27,9 @@ import_or_skip("moto")
 TRAIN = """\
 import json, os, sys, time
 print(f"hello from {os.environ['SM_CURRENT_HOST']}", flush=True)
+for epoch, loss in enumerate((0.7, 0.5, 0.25)):  # LOSSES
+    print(f"epoch={epoch} train_loss={loss}", flush=True)
+print("val_accuracy=0.9", flush=True)
 time.sleep(1.5)
 channels = {ch: sorted(os.listdir(os.environ["SM_CHANNEL_" + ch.upper()]))
             for ch in json.loads(os.environ["SM_CHANNELS"])}
@@ -37,6 +40,12 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.json"), "w") as f:
 with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights.txt"), "w") as f:
     f.write("trained")
 """
+
+
+#: What TRAIN prints as its losses; the definitions the estimator passes (one mistyped on purpose).
+LOSSES = (0.7, 0.5, 0.25)
+METRICS = [{"Name": "train:loss", "Regex": "train_loss=([0-9.]+)"},
+           {"Name": "val:acc", "Regex": "val_acc=([0-9.]+)"}]
 
 
 class TimedStdout(io.StringIO):
@@ -84,7 +93,7 @@ def _estimator(project: Path, session: Any, **extra: Any) -> Any:
 @pytest.fixture(scope="module")
 def fitted(project: Path, session: Any) -> tuple[Any, TimedStdout, float]:
     s3_uri = session.upload_data(str(project / "s3-data"), key_prefix="datasets/train")
-    est = _estimator(project, session)
+    est = _estimator(project, session, metric_definitions=METRICS)
     out = TimedStdout()
     saved, sys.stdout = sys.stdout, out
     try:
@@ -120,6 +129,52 @@ def test_describe(fitted: tuple[Any, TimedStdout, float]) -> None:
     assert desc["OutputDataConfig"]["S3OutputPath"].startswith("s3://")
     assert desc["TrainingEndTime"] >= desc["TrainingStartTime"]
     assert [t["Status"] for t in desc["SecondaryStatusTransitions"]][-1] == "Completed"
+
+
+def test_metric_definitions_fill_final_metric_data_list(fitted: tuple[Any, TimedStdout, float]) -> None:
+    """The regexes read the host's log: the last loss TRAIN printed is the final value (the field's
+    shape is botocore's ``MetricData``); the mistyped definition has no entry and is named with the
+    log line nearest to it."""
+    import botocore.session
+
+    est, _, _ = fitted
+    desc = est.latest_training_job.describe()
+    assert desc["AlgorithmSpecification"]["MetricDefinitions"] == METRICS  # echoed as sent
+    final = desc["FinalMetricDataList"]
+    assert [(m["MetricName"], m["Value"]) for m in final] == [("train:loss", LOSSES[-1])]
+    assert desc["TrainingStartTime"] <= final[0]["Timestamp"] <= desc["TrainingEndTime"]
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shape = model.shape_for("DescribeTrainingJobResponse").members["FinalMetricDataList"]
+    assert set(final[0]) == set(shape.member.members)  # MetricName, Value, Timestamp
+    record = json.loads((Path(est.sagemaker_session.emulator_client.wait(est.latest_training_job.name).job_dir)
+                         / "job.json").read_text())
+    unmatched = record["Emulator"]["Metrics"]["Unmatched"]
+    assert [u["MetricName"] for u in unmatched] == ["val:acc"]
+    assert unmatched[0]["NearestLine"] == {"Host": "algo-1", "Line": "val_accuracy=0.9"}
+
+
+def test_training_job_analytics_reads_the_values(fitted: tuple[Any, TimedStdout, float], project: Path) -> None:
+    """The SDK's own ``TrainingJobAnalytics`` (CloudWatch ``GetMetricStatistics``, ``Average``) sees
+    every value TRAIN printed: one day-long period averages them; a new launcher's session (attach)
+    sees the same, not twice."""
+    from sagemaker.analytics import TrainingJobAnalytics
+
+    from emulator.sdk.session import EmulatorSession
+
+    est, _, _ = fitted
+    name = est.latest_training_job.name
+    frame = TrainingJobAnalytics(name, metric_names=["train:loss"], sagemaker_session=est.sagemaker_session,
+                                 period=86_400).dataframe()
+    assert list(frame["metric_name"]) == ["train:loss"]
+    assert frame["value"].iloc[0] == pytest.approx(sum(LOSSES) / len(LOSSES))
+    fresh = EmulatorSession(region="us-west-2", s3_root=project / "s3")
+    try:
+        fresh.emulator_client.jobs.clear()
+        again = TrainingJobAnalytics(name, sagemaker_session=fresh, period=86_400).dataframe()
+        assert list(again["metric_name"]) == ["train:loss"]  # val:acc: no values
+        assert again["value"].iloc[0] == pytest.approx(sum(LOSSES) / len(LOSSES))
+    finally:
+        fresh.close()
 
 
 def test_model_data_is_in_s3_and_on_disk(fitted: tuple[Any, TimedStdout, float], session: Any) -> None:
