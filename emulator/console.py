@@ -33,6 +33,12 @@ def raw_log(log: Path) -> Path:
     return log.with_name(log.name[: -len(".log")] + RAW_SUFFIX) if log.name.endswith(".log") else log
 
 
+def host_output(log: Path) -> Path:
+    """What a host wrote, exactly (MPI tags intact): its raw log where there is one, else ``log``."""
+    raw = raw_log(log)
+    return raw if raw.exists() else log
+
+
 def display_log(raw: Path) -> Path:
     """The display log ``logs/algo-N.log`` beside a host's raw log ``logs/algo-N.raw.log``."""
     return raw.with_name(raw.name[: -len(RAW_SUFFIX)] + ".log") if raw.name.endswith(RAW_SUFFIX) else raw

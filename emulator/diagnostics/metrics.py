@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..console import raw_log, table
+from ..console import host_output, table
 from ..job.metrics import MetricDefinition, Scraper, nearest_line
 from ..job.result import iso
 from ..observers import FinishContext, Observer, Report
@@ -50,9 +50,10 @@ class MetricsObserver(Observer):
             {"MetricDefinitions": [d.to_dict() for d in s.definitions],
              "Points": [{**p.to_dict(), "Timestamp": iso(p.time)} for p in s.all_points()]}, indent=1) + "\n")
         unmatched = []
-        logs = {h.name: raw_log(h.log) if raw_log(h.log).exists() else h.log for h in finish.hosts}
-        for d in s.unmatched():
-            near = nearest_line(d.regex, _lines(logs))
+        missing = s.unmatched()
+        lines = list(_lines({h.name: host_output(h.log) for h in finish.hosts})) if missing else []  # read once
+        for d in missing:
+            near = nearest_line(d.regex, lines)
             unmatched.append({"MetricName": d.name, "Regex": d.regex, "LinesMatched": s.matches[d.name],
                               "NotANumber": s.not_numbers.get(d.name),
                               "NearestLine": {"Host": near[0], "Line": near[1]} if near else None})

@@ -36,7 +36,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..console import raw_log
+from ..console import host_output
 from ..observers import FinishContext, Observer, Report
 
 GLOO_ENFORCE = "terminate called after throwing an instance of 'gloo::EnforceNotMet'"
@@ -159,7 +159,7 @@ class QuirkObserver(Observer):
         self.hyperparameters = hyperparameters
 
     def report(self, finish: FinishContext) -> Report:
-        raw = {h.name: raw_log(h.log) if raw_log(h.log).exists() else h.log for h in finish.hosts}  # MPI tags intact
+        raw = {h.name: host_output(h.log) for h in finish.hosts}  # MPI tags intact
         logs = {name: path.read_text(errors="replace") if path.exists() else "" for name, path in raw.items()}
         return Report(warnings=detect(logs, self.hyperparameters))
 def _mpirun_options(command: str) -> list[str] | None:

@@ -98,11 +98,15 @@ def searched_text(line: str) -> str | None:
     return None if rest.lstrip().startswith(EMULATOR_LINE) else line
 
 
+def captured(match: re.Match[str]) -> str:
+    """What a match captures for the metric: its first group (the whole match without groups)."""
+    return (match.group(1) if match.re.groups else match.group(0)) or ""
+
+
 def value_of(match: re.Match[str]) -> float | None:
-    """The metric value a match yields: its first group (the whole match without groups) as a
-    finite number, else None."""
-    text = match.group(1) if match.re.groups else match.group(0)
-    if text is None or not NUMBER.fullmatch(text.strip()):
+    """The metric value a match yields: :func:`captured` as a finite number, else None."""
+    text = captured(match)
+    if not NUMBER.fullmatch(text.strip()):
         return None
     number = float(text.strip())
     return number if math.isfinite(number) else None
@@ -148,7 +152,7 @@ class Scraper:
             self.matches[d.name] += 1
             value = value_of(m)
             if value is None:
-                self.not_numbers.setdefault(d.name, (m.group(1) if rx.groups else m.group(0)) or "")
+                self.not_numbers.setdefault(d.name, captured(m))
                 continue
             series = self.points[d.name]
             series.append(Point(d.name, value, when, host))
@@ -159,13 +163,9 @@ class Scraper:
         return sorted((p for s in self.points.values() for p in s), key=lambda p: p.time)
 
     def final(self) -> list[Point]:
-        """Per metric with data (definition order): the point emitted last."""
-        out = []
-        for d in self.definitions:
-            series = self.points.get(d.name) or []
-            if series:
-                out.append(max(reversed(series), key=lambda p: p.time))  # ties: the later line
-        return out
+        """Per metric with data (definition order): the point emitted last (lines are fed in the
+        order the tailer reads them)."""
+        return [self.points[d.name][-1] for d in self.definitions if self.points.get(d.name)]
 
     def unmatched(self) -> list[MetricDefinition]:
         """Definitions that yielded no data point."""
@@ -200,5 +200,5 @@ def nearest_line(regex: str, lines: Iterable[tuple[str, str]], *, width: int = 3
     return None if best is None else (best[1], best[2])
 
 
-__all__ = ["FIELD", "MAX_DEFINITIONS", "MetricDefinition", "Point", "Scraper", "nearest_line",
+__all__ = ["FIELD", "MAX_DEFINITIONS", "MetricDefinition", "Point", "Scraper", "captured", "nearest_line",
            "parse_definitions", "searched_text", "value_of"]
