@@ -1,7 +1,8 @@
-"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps|doctor|cache``.
+"""Command line: ``python -m emulator run|plan|reap|launch|timeline|shell|ps|doctor|cache|replay``.
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
-0 if and only if the job Completed.
+0 if and only if the job Completed. ``replay`` runs a recorded job again from its DescribeTrainingJob
+(:mod:`emulator.replay`; exit 0 iff it ends with the recorded status).
 """
 
 from __future__ import annotations
@@ -178,10 +179,21 @@ def parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="list what the emulator keeps here (layers, environments, images), "
                                          "or prune what is not in use (cache --help)", add_help=False)
     cache.add_argument("args", nargs=argparse.REMAINDER, help="[list] | prune [--older-than DURATION] [--all]")
+    replay = sub.add_parser("replay", help="run a recorded SageMaker job (DescribeTrainingJob JSON, job.json, or a "
+                                           "job name) again; exit 0 iff it ends as recorded (replay --help)",
+                            add_help=False)
+    replay.add_argument("args", nargs=argparse.REMAINDER, help="SOURCE [--source-dir DIR_OR_TAR] [--channel NAME=PATH]"
+                        " [--hosts N] [--plan] [--emit-pytest FILE] …")
     return p
 
 
-def _terminate(signum: int, frame: Any) -> None:
+def error_exit(exc: EmulatorError) -> int:
+    """Print ``exc``; the exit status: 2 for a refused request, 3 for any other emulator error."""
+    print(f"error: {exc}", file=sys.stderr)
+    return 2 if isinstance(exc, RequestError) else 3
+
+
+def terminate_on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM (how CI runners and ``timeout`` cancel a job) is handled like Ctrl-C, once."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
@@ -229,16 +241,16 @@ def _ended(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] == ["cache"]:  # its own options and --help (emulator/backends/store.py)
+    if given[:1] in (["cache"], ["replay"]):  # own options and --help (backends/store.py, replay/command.py)
         from .backends import run_tool
 
         try:
-            return run_tool("cache", given[1:])
+            return run_tool(given[0], given[1:])
         except RequestError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     args = parser().parse_args(given)
-    previous = signal.signal(signal.SIGTERM, _terminate) if args.command in ("run", "launch") else None
+    previous = signal.signal(signal.SIGTERM, terminate_on_sigterm) if args.command in ("run", "launch") else None
     try:
         if args.command == "run":
             from .supervisor import run
@@ -282,12 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .backends import run_tool
 
             return run_tool("doctor", ["--json"] if args.json else [])
-    except RequestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except EmulatorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return error_exit(exc)
     except Terminated:
         print(f"terminated (SIGTERM): the job was stopped and its hosts {_ended(args)}", file=sys.stderr)
         return 128 + signal.SIGTERM

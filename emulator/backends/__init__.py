@@ -32,12 +32,14 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-#: The commands about this machine rather than a job, by name: their module's ``main(argv) -> int``.
-TOOLS = {"doctor": "emulator.backends.doctor", "cache": "emulator.backends.store"}
+#: The commands with their own modules, by name: their module's ``main(argv) -> int`` (loaded by name,
+#: so ``replay``, which uses the CLI's ``plan_document``, is no import of the CLI's).
+TOOLS = {"doctor": "emulator.backends.doctor", "cache": "emulator.backends.store", "replay": "emulator.replay.command"}
 
 
 def run_tool(name: str, argv: Sequence[str] = ()) -> int:
-    """``python -m emulator doctor|cache …`` (:data:`TOOLS`), loaded by name as the backends are:
-    which backends can run here (:mod:`.doctor`), and what the emulator keeps here (:mod:`.store`)."""
+    """``python -m emulator doctor|cache|replay …`` (:data:`TOOLS`), loaded by name as the backends are:
+    which backends can run here (:mod:`.doctor`), what the emulator keeps here (:mod:`.store`), and a
+    recorded job run again (:mod:`emulator.replay`)."""
     main: Callable[[Sequence[str]], int] = importlib.import_module(TOOLS[name]).main
     return main(argv)

@@ -109,7 +109,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"kept", "preflight", "description", "summary"}),
     frozenset({"supervisor"}),
     frozenset({"sdk"}),
-    frozenset({"cli", "__main__", ""}),
+    frozenset({"cli", "replay", "__main__", ""}),
 )
 
 

@@ -1,0 +1,124 @@
+"""``python -m emulator replay SOURCE …``: the command line (routed by :func:`emulator.backends.run_tool`).
+
+Exit status: 0 iff the replay's ``TrainingJobStatus`` equals the recorded one (``--plan`` and
+``--emit-pytest``: 0 once printed or written, nothing started); 1 when they differ; 2 for bad
+input, refused before any host starts and leaving nothing behind; 3 when the emulator cannot run
+here; 130/143 on Ctrl-C/SIGTERM (the hosts are stopped, as ``run`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..backends import AUTO, BACKENDS, DEFAULT_BACKEND
+from ..cli import error_exit, terminate_on_sigterm
+from ..errors import EmulatorError, RequestError, Terminated
+from ..job.profiles import EXACT
+from . import emit, prepare, report
+from .mapping import Options, Replay
+from .source import load
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m emulator replay",
+                                description="Run a recorded SageMaker training job again on emulated hosts; "
+                                            f"{report.RULE}.")
+    p.add_argument("source", metavar="SOURCE",
+                   help="a DescribeTrainingJob JSON file (aws sagemaker describe-training-job --training-job-name "
+                        "NAME > job.json), an emulator job.json or job folder, or a job name or ARN (read with "
+                        "boto3; needs AWS credentials)")
+    p.add_argument("--source-dir", metavar="DIR_OR_TAR",
+                   help="the job's code (SDK v2: what sagemaker_submit_directory names), a folder or a .tar.gz")
+    p.add_argument("--channel", action="append", default=[], metavar="NAME=PATH",
+                   help="the folder standing for a channel's S3 URI (repeat; SDK v3 jobs: also code= and sm_drivers=)")
+    p.add_argument("--hosts", type=int, help="scale ResourceConfig.InstanceCount (homogeneous jobs only)")
+    p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs per host than the instance type has")
+    p.add_argument("--backend", default=DEFAULT_BACKEND, choices=[AUTO, *BACKENDS])
+    p.add_argument("--output-dir", default="./replay-out", help="the replay's job folder goes here")
+    p.add_argument("--plan", action="store_true", help="print the report (stderr) and the plan (stdout, as `plan` "
+                                                       "prints it); start nothing")
+    p.add_argument("--emit-pytest", metavar="FILE", help="write a pytest module that replays the job and asserts "
+                                                         "the recorded outcome; start nothing")
+    p.add_argument("--profile", default=EXACT, metavar="exact|ci", help="exact (default) or ci (see README, Profiles)")
+    p.add_argument("--framework-version", help="run this framework instead of the one TrainingImage names "
+                                               "('current': this machine's torch)")
+    p.add_argument("--quiet", action="store_true", help="no live host logs")
+    return p
+
+
+def channels(values: Sequence[str]) -> dict[str, Path]:
+    out = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise RequestError("--channel", f"{item!r} is not NAME=PATH", allowed="e.g. --channel training=./data")
+        out[name] = Path(path)
+    return out
+
+
+def options(args: argparse.Namespace) -> Options:
+    return Options(source_dir=Path(args.source_dir) if args.source_dir else None, channels=channels(args.channel),
+                   hosts=args.hosts, gpus_per_host=args.gpus_per_host, output_dir=Path(args.output_dir),
+                   profile=args.profile, framework_version=args.framework_version)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    args = parser().parse_args(list(argv))
+    try:
+        return _main(args)
+    except EmulatorError as exc:
+        return error_exit(exc)
+    except Terminated:
+        print("terminated (SIGTERM): the replay was stopped and its hosts torn down", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except KeyboardInterrupt:
+        print("interrupted: the replay was stopped and its hosts torn down", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    loaded = load(args.source)
+    with prepare(loaded.document, options(args), fetch_code=loaded.fetch_code) as replay:
+        _say(report.before(replay, loaded.origin), sys.stderr if args.plan else sys.stdout)
+        if args.emit_pytest:
+            written = emit.write(Path(args.emit_pytest), replay, hosts=args.hosts)
+            print(f"wrote {written}: edit SOURCE_DIR and CHANNELS there, then run `pytest {written}`",
+                  file=sys.stderr if args.plan else sys.stdout)
+        if args.plan:
+            from ..cli import plan_document
+
+            json.dump(plan_document(replay.request, args.backend), sys.stdout, indent=2, default=str)
+            print()
+        if args.plan or args.emit_pytest:
+            return 0
+        description = _run(replay, args)
+    outcome = report.Outcome.of(replay.document, description)
+    _say(outcome.lines(), sys.stdout)
+    return 0 if outcome.same_status else 1
+
+
+def _run(replay: Replay, args: argparse.Namespace) -> dict[str, Any]:
+    from ..supervisor import run
+
+    previous = signal.signal(signal.SIGTERM, terminate_on_sigterm)
+    try:
+        result = run(replay.request, backend=args.backend, echo=not args.quiet)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if args.quiet:
+        print(f"{result.job_name}: {result.status}" + (f" — {result.failure_reason}" if result.failure_reason else ""))
+    return dict(result.description)
+
+
+def _say(lines: Sequence[str], stream: TextIO) -> None:
+    stream.write("".join(f"{line}\n" for line in lines))
+    stream.flush()
+
+
+__all__ = ["main", "parser"]

@@ -1,0 +1,460 @@
+"""``python -m emulator replay``: a recorded DescribeTrainingJob mapped onto a local request, and
+every bad input refused before start (exit 2, the field named, nothing left behind).
+
+Oracles, never the replay's own output: the documents come from the real SDK v2 ``PyTorch``
+estimator launched against moto (which stores the CreateTrainingJob request and answers
+DescribeTrainingJob with it), the request the SDK sent (captured on botocore's
+``provide-client-params`` event) and botocore's SageMaker service model, against which every
+document here is validated (``DescribeTrainingJobResponse``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.cli import main
+
+from ..conftest import import_or_skip
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+REGION = "us-west-2"
+TRAIN = "import os\nprint('rank', os.environ.get('RANK'))\n"
+DATA_BUCKET = "replay-data"
+
+
+# -- oracles --------------------------------------------------------------------------------------
+def service_model() -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
+def assert_describe_shape(document: dict[str, Any]) -> None:
+    """``document`` (the emulator's own ``Emulator`` object aside) is a DescribeTrainingJobResponse."""
+    from botocore.validate import ParamValidator
+
+    shape = service_model().shape_for("DescribeTrainingJobResponse")
+    found = ParamValidator().validate({k: v for k, v in document.items() if k != "Emulator"}, shape)
+    assert not found.has_errors(), found.generate_report()
+
+
+def launch_v2(src: Path, **estimator: Any) -> tuple[str, dict[str, Any]]:
+    """Launch the real SDK v2 ``PyTorch`` estimator against moto (inside ``mock_aws``); return the
+    job name and the CreateTrainingJob request the SDK sent."""
+    import boto3
+
+    import_or_skip("sagemaker")
+    from sagemaker import Session
+    from sagemaker.pytorch import PyTorch
+
+    boto = boto3.Session(region_name=REGION)
+    client = boto.client("sagemaker")
+    sent: dict[str, Any] = {}
+    client.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob",
+                                lambda params, **_: sent.update(copy.deepcopy(params)))
+    boto.client("s3").create_bucket(Bucket=DATA_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    kwargs: dict[str, Any] = dict(
+        entry_point="train.py", source_dir=str(src), role=ROLE, framework_version="2.2.0", py_version="py310",
+        instance_type="ml.p4d.24xlarge", instance_count=4, distribution={"torch_distributed": {"enabled": True}},
+        hyperparameters={"epochs": 2, "name": "x y", "cfg": {"a": [1, 2.5]}, "flag": True},
+        checkpoint_s3_uri="s3://replay-ckpt/run-1", environment={"FOO": "bar"})
+    kwargs.update(estimator)
+    est = PyTorch(sagemaker_session=Session(boto_session=boto, sagemaker_client=client), **kwargs)
+    est.fit({"training": f"s3://{DATA_BUCKET}/train/", "validation": f"s3://{DATA_BUCKET}/val/"},
+            wait=False, logs=False)
+    return est.latest_training_job.name, sent
+
+
+def describe(name: str) -> dict[str, Any]:
+    import boto3
+
+    from emulator.replay.source import jsonable
+
+    found = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)
+    found.pop("ResponseMetadata")
+    return jsonable(found)  # as `aws sagemaker describe-training-job` prints it: ISO time strings
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("replay")
+    for name in ("src", "train", "val"):
+        (root / name).mkdir()
+    (root / "src" / "train.py").write_text(TRAIN)
+    (root / "train" / "a.csv").write_text("1\n")
+    (root / "val" / "b.csv").write_text("2\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def v2(project: Path) -> dict[str, Any]:
+    """The DescribeTrainingJob document of an SDK v2 job (moto), and the request the SDK sent."""
+    moto = import_or_skip("moto")
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    with moto.mock_aws():
+        name, sent = launch_v2(project / "src")
+        document = describe(name)
+    assert_describe_shape(document)
+    return {"document": document, "sent": sent}
+
+
+@pytest.fixture
+def doc_file(v2: dict[str, Any], tmp_path: Path) -> Path:
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(v2["document"]))
+    return path
+
+
+def write_doc(tmp_path: Path, document: Any, name: str = "doc.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(document))
+    return path
+
+
+def flags(project: Path, out: Path, *extra: str) -> list[str]:
+    return ["--source-dir", str(project / "src"), "--channel", f"training={project / 'train'}",
+            "--channel", f"validation={project / 'val'}", "--output-dir", str(out), "--backend", "process", *extra]
+
+
+def temp_listing() -> set[str]:
+    return set(os.listdir(tempfile.gettempdir()))
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], out: Path) -> str:
+    """Run ``replay argv``; assert exit 2, nothing new in the temp dir and no output dir; return stderr."""
+    before = temp_listing()
+    assert main(["replay", *argv]) == 2
+    err = capsys.readouterr().err
+    assert temp_listing() == before, err
+    assert not out.exists(), err
+    return err
+
+
+# -- the mapping --------------------------------------------------------------------------------------
+@pytest.fixture
+def planned(doc_file: Path, project: Path, tmp_path: Path,
+            capsys: pytest.CaptureFixture[str]) -> Iterator[tuple[dict[str, Any], str, Path]]:
+    out = tmp_path / "replay-out"
+    before = temp_listing()
+    assert main(["replay", str(doc_file), "--plan", *flags(project, out, "--hosts", "2", "--gpus-per-host", "2")]) == 0
+    captured = capsys.readouterr()
+    assert temp_listing() == before and not out.exists()  # --plan starts nothing and writes nothing
+    yield json.loads(captured.out), captured.err, out
+
+
+def test_a_v2_job_keeps_its_hyperparameters_byte_for_byte(planned: tuple[dict[str, Any], str, Path],
+                                                          v2: dict[str, Any]) -> None:
+    plan, _, _ = planned
+    sent = v2["sent"]["HyperParameters"]
+    assert plan["request"]["HyperParameters"] == sent
+    for host in plan["hosts"]:
+        assert json.loads(host["files"]["/opt/ml/input/config/hyperparameters.json"]) == sent
+
+
+def test_a_v2_job_scales_hosts_and_maps_channels_and_code(planned: tuple[dict[str, Any], str, Path],
+                                                          project: Path, v2: dict[str, Any]) -> None:
+    plan, report, out = planned
+    assert v2["sent"]["ResourceConfig"]["InstanceCount"] == 4
+    assert [h["name"] for h in plan["hosts"]] == ["algo-1", "algo-2"]
+    assert {h["emulated_gpus"] for h in plan["hosts"]} == {2}
+    assert plan["request"]["ResourceConfig"]["InstanceType"] == v2["sent"]["ResourceConfig"]["InstanceType"]
+    for launch in plan["launch"]["hosts"]:
+        mounts = {m["target"]: m["source"] for m in launch["mounts"]}
+        assert mounts["/opt/ml/input/data/training"] == str(project / "train")
+        assert mounts["/opt/ml/input/data/validation"] == str(project / "val")
+        assert launch["environment"]["AWS_REGION"] == REGION  # the recorded ARN's region
+        assert launch["environment"].get("FOO") == "bar" or "Environment" not in v2["document"]  # moto drops it
+    config = json.loads(plan["hosts"][0]["files"]["/opt/ml/input/config/inputdataconfig.json"])
+    assert sorted(config) == ["training", "validation"]
+    assert f"s3://{DATA_BUCKET}/train/ → {project / 'train'} (--channel)" in report
+    assert "hosts: 4 → 2 (--hosts)" in report
+    assert "DebugHookConfig" in report.split("not replayed:")[1]  # the SDK sends one; not replayed
+    assert str(out) in plan["request"]["OutputDataConfig"]["S3OutputPath"]
+    assert plan["request"]["CheckpointConfig"]["S3Uri"].startswith((out / "checkpoints").as_uri())
+
+
+def test_the_replay_gets_a_new_valid_name(planned: tuple[dict[str, Any], str, Path], v2: dict[str, Any]) -> None:
+    plan, _, _ = planned
+    shape = service_model().shape_for("TrainingJobName")
+    name = plan["request"]["TrainingJobName"]
+    assert re.fullmatch(shape.metadata["pattern"], name) and len(name) <= shape.metadata["max"]
+    assert name != v2["document"]["TrainingJobName"] and "-replay-" in name
+    assert plan["launch"]["hosts"][0]["environment"]["TRAINING_JOB_NAME"] == name
+
+
+def test_what_is_not_replayed_is_reported_and_response_fields_dropped(v2: dict[str, Any], project: Path,
+                                                                      tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    doc = copy.deepcopy(v2["document"])
+    doc.update(VpcConfig={"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+               ProfilerConfig={"S3OutputPath": "s3://b/", "DisableProfiler": False},
+               EnableManagedSpotTraining=True, RetryStrategy={"MaximumRetryAttempts": 2},
+               WarmPoolStatus={"Status": "Available"}, ProfilingStatus="Enabled")
+    doc["StoppingCondition"]["MaxWaitTimeInSeconds"] = 90_000
+    assert_describe_shape(doc)
+    assert main(["replay", str(write_doc(tmp_path, doc)), "--plan", *flags(project, tmp_path / "out")]) == 0
+    report = capsys.readouterr().err
+    not_replayed = report.split("not replayed:")[1].split("response fields dropped:")[0]
+    assert {"VpcConfig", "ProfilerConfig", "DebugHookConfig"} <= set(re.findall(r"^\s+(\w+):", not_replayed, re.M))
+    dropped = report.split("response fields dropped:")[1]
+    for response_only in ("WarmPoolStatus", "ProfilingStatus", "ModelArtifacts", "TrainingJobStatus",
+                          "SecondaryStatusTransitions", "TrainingJobArn", "CreationTime"):
+        assert response_only in dropped
+    assert "EnableManagedSpotTraining true" in report and "RetryStrategy {'MaximumRetryAttempts': 2}" in report
+    assert "MaxWaitTimeInSeconds 90000" in report
+
+
+def test_a_long_name_is_cut_to_the_service_limit() -> None:
+    from emulator.replay.mapping import replay_name
+
+    shape = service_model().shape_for("TrainingJobName")
+    for recorded in ("a" * 63, "x" * 44 + "-" * 10 + "y", "job"):
+        name = replay_name(recorded)
+        assert re.fullmatch(shape.metadata["pattern"], name) and len(name) <= shape.metadata["max"], name
+
+
+def test_a_job_by_name_is_read_with_boto3_and_its_code_downloaded(project: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    moto = import_or_skip("moto")
+    out = tmp_path / "out"
+    with moto.mock_aws():
+        name, sent = launch_v2(project / "src")
+        arn = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}"
+        assert_describe_shape(describe(name))
+        before = temp_listing()
+        capsys.readouterr()  # the SDK's own "sagemaker.config INFO" lines are not the plan
+        argv = [arn, "--plan", "--channel", f"training={project / 'train'}", "--channel",
+                f"validation={project / 'val'}", "--output-dir", str(out), "--backend", "process",
+                "--emit-pytest", str(tmp_path / "test_emitted.py")]
+        assert main(["replay", *argv]) == 0
+    captured = capsys.readouterr()
+    assert temp_listing() == before  # the downloaded sourcedir.tar.gz went with the replay
+    plan = json.loads(captured.out)
+    assert plan["request"]["HyperParameters"] == sent["HyperParameters"]
+    submitted = json.loads(sent["HyperParameters"]["sagemaker_submit_directory"])
+    assert f"code: {submitted} → " in captured.err and "(downloaded)" in captured.err
+    kept = tmp_path / "test_emitted.sourcedir.tar.gz"  # the emitted test keeps its own copy
+    assert kept.is_file() and repr(str(kept)) in (tmp_path / "test_emitted.py").read_text()
+
+
+def test_the_emitted_module_holds_the_document_and_the_folders(doc_file: Path, project: Path, tmp_path: Path,
+                                                               v2: dict[str, Any],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "test_replayed.py"
+    assert main(["replay", str(doc_file), "--emit-pytest", str(target), *flags(project, tmp_path / "o")]) == 0
+    capsys.readouterr()
+    namespace: dict[str, Any] = {}
+    exec(compile(target.read_text(), str(target), "exec"), namespace)
+    assert namespace["DOCUMENT"] == v2["document"]
+    assert namespace["CHANNELS"] == {"training": str(project / "train"), "validation": str(project / "val")}
+    assert namespace["SOURCE_DIR"] == str(project / "src")
+    assert namespace["RECORDED_STATUS"] == v2["document"]["TrainingJobStatus"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_emulator_job_json_gpu_scale_down_is_read_back(tmp_path: Path) -> None:
+    """The sentence the emulator writes (emulator.job.deviations) is the one read back."""
+    from emulator.job import request as rq
+    from emulator.job.deviations import for_request
+    from emulator.replay.mapping import recorded_gpus
+
+    (tmp_path / "train.py").write_text(TRAIN)
+    req = rq.create(entry_point=str(tmp_path / "train.py"), instance_type="ml.p4d.24xlarge", gpus_per_host=3,
+                    output_path=tmp_path / "out", job_name="gpus")
+    assert recorded_gpus({"Emulator": {"Deviations": for_request(req, None)}}) == 3
+    assert recorded_gpus({"Emulator": {"Deviations": []}}) is None
+
+
+def test_first_line_ignores_hosts_ports_and_pids() -> None:
+    from emulator.replay import first_line
+
+    a = "AlgorithmError: error on algo-2 (10.0.0.3:7777, pid: 26)\nmore"
+    b = "AlgorithmError: error on algo-1 (10.0.0.2:29500, pid: 311)\nother"
+    assert first_line(a) == first_line(b) != first_line("AlgorithmError: another error")
+    assert first_line(None) == first_line("") == ""
+
+
+# -- refusals -------------------------------------------------------------------------------------------
+def test_a_job_folder_is_read_as_its_job_json(doc_file: Path, project: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(doc_file.parent), "--plan", *flags(project, tmp_path / "out")]) == 0
+    assert f"({doc_file})" in capsys.readouterr().err.splitlines()[0]
+    (tmp_path / "empty").mkdir()
+    err = refused([str(tmp_path / "empty"), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
+    assert "error: SOURCE: " in err and "without a job.json" in err
+
+
+def test_a_file_that_is_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "job.json"
+    path.write_text("{not json")
+    assert "SOURCE:" in refused([str(path), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
+
+
+@pytest.mark.parametrize("missing", ["AlgorithmSpecification", "ResourceConfig"])
+def test_a_document_that_is_no_describe_training_job(missing: str, v2: dict[str, Any], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {k: v for k, v in v2["document"].items() if k != missing}
+    err = refused([str(write_doc(tmp_path, doc)), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
+    assert f"error: {missing}: missing" in err
+    err = refused([str(write_doc(tmp_path, [doc])), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
+    assert "error: SOURCE:" in err
+
+
+@pytest.mark.parametrize(("algorithm", "field", "says"), [
+    ({"AlgorithmName": "arn:aws:sagemaker:us-west-2:594846645681:algorithm/some-marketplace-algo"},
+     "AlgorithmSpecification.AlgorithmName", "built-in"),
+    ({"TrainingImage": "763104351884.dkr.ecr.us-west-2.amazonaws.com/tensorflow-training:2.13.0-gpu-py310"},
+     "AlgorithmSpecification.TrainingImage", "tensorflow-training images are not emulated"),
+    ({"TrainingImage": "174872318107.dkr.ecr.us-west-2.amazonaws.com/linear-learner:1"},
+     "AlgorithmSpecification.TrainingImage", "is not a PyTorch or Hugging Face DLC image"),
+    ({"TrainingImage": "246618743249.dkr.ecr.us-west-2.amazonaws.com/sagemaker-xgboost:1.7-1"},
+     "AlgorithmSpecification.TrainingImage", "is not a PyTorch or Hugging Face DLC image"),
+])
+def test_an_algorithm_or_image_that_is_not_pytorch(algorithm: dict[str, str], field: str, says: str,
+                                                   v2: dict[str, Any], project: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    doc = copy.deepcopy(v2["document"])
+    doc["AlgorithmSpecification"] = {"TrainingInputMode": "File", **algorithm}
+    assert_describe_shape(doc)
+    err = refused([str(write_doc(tmp_path, doc)), *flags(project, tmp_path / "out")], capsys, tmp_path / "out")
+    assert f"error: {field}: " in err and says in err
+
+
+def test_a_missing_source_dir(doc_file: Path, v2: dict[str, Any], project: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    given = [a for a in flags(project, out) if a not in ("--source-dir", str(project / "src"))]
+    err = refused([str(doc_file), *given], capsys, out)
+    submitted = json.loads(v2["sent"]["HyperParameters"]["sagemaker_submit_directory"])
+    assert "error: --source-dir: missing" in err and submitted in err
+    err = refused([str(doc_file), *given, "--source-dir", str(tmp_path / "nowhere")], capsys, out)
+    assert "error: --source-dir: " in err and "does not exist" in err
+
+
+def test_a_corrupt_source_tar(doc_file: Path, project: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "sourcedir.tar.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 this is no gzip stream")
+    out = tmp_path / "out"
+    given = [a for a in flags(project, out) if a not in ("--source-dir", str(project / "src"))]
+    err = refused([str(doc_file), *given, "--source-dir", str(bad)], capsys, out)
+    assert "error: --source-dir: " in err and "not a readable .tar.gz" in err
+
+
+def test_a_good_source_tar_is_taken(doc_file: Path, project: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import tarfile
+
+    archive = tmp_path / "sourcedir.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(project / "src" / "train.py", arcname="train.py")
+    out = tmp_path / "out"
+    given = [a for a in flags(project, out) if a not in ("--source-dir", str(project / "src"))]
+    before = temp_listing()
+    assert main(["replay", str(doc_file), "--plan", *given, "--source-dir", str(archive)]) == 0
+    assert f"→ {archive} (--source-dir)" in capsys.readouterr().err
+    assert temp_listing() == before  # the extracted copy is gone
+
+
+def test_every_channel_still_needed_is_listed(doc_file: Path, project: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    err = refused([str(doc_file), "--source-dir", str(project / "src"), "--output-dir", str(out)], capsys, out)
+    assert "error: InputDataConfig: 2 channel(s)" in err
+    assert f"training (s3://{DATA_BUCKET}/train/)" in err and f"validation (s3://{DATA_BUCKET}/val/)" in err
+    assert "--channel training=DIR --channel validation=DIR" in err
+    err = refused([str(doc_file), *flags(project, out, "--channel", f"extra={project / 'train'}")], capsys, out)
+    assert "error: --channel: extra: not a channel of the job" in err
+
+
+def test_hosts_on_instance_groups(v2: dict[str, Any], project: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    doc = copy.deepcopy(v2["document"])
+    doc["ResourceConfig"] = {"InstanceGroups": [{"InstanceGroupName": "a", "InstanceType": "ml.p4d.24xlarge",
+                                                 "InstanceCount": 1},
+                                                {"InstanceGroupName": "b", "InstanceType": "ml.c5.xlarge",
+                                                 "InstanceCount": 1}], "VolumeSizeInGB": 30}
+    assert_describe_shape(doc)
+    out = tmp_path / "out"
+    err = refused([str(write_doc(tmp_path, doc)), *flags(project, out, "--hosts", "2")], capsys, out)
+    assert "error: --hosts: the job has instance groups" in err
+
+
+def test_a_bad_host_count_is_the_translators_refusal(doc_file: Path, project: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    err = refused([str(doc_file), *flags(project, out, "--hosts", "0")], capsys, out)
+    assert "error: ResourceConfig.InstanceCount: " in err
+
+
+def test_a_name_without_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    out = tmp_path / "out"
+    err = refused(["pytorch-training-2026-12-04-17-50-20-515", "--output-dir", str(out)], capsys, out)
+    assert "error: SOURCE: " in err and "AWS credentials" in err
+    assert "aws sagemaker describe-training-job --training-job-name pytorch-training-2026-12-04-17-50-20-515" in err
+
+
+#: SDK v3 ModelTrainer's request (AlgorithmSpecification and channels as 3.27.0 sends them).
+V3_ALGORITHM = {"TrainingImage": "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311",
+                "TrainingInputMode": "File", "ContainerEntrypoint": ["/bin/bash"],
+                "ContainerArguments": ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh "
+                                             "&& /opt/ml/input/data/sm_drivers/sm_train.sh"]}
+
+
+def v3_document(v2: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(v2["document"])
+    doc["AlgorithmSpecification"] = V3_ALGORITHM
+    doc["HyperParameters"] = {"epochs": "2"}
+    doc["InputDataConfig"] = [{"ChannelName": name, "DataSource": {"S3DataSource": {
+        "S3DataType": "S3Prefix", "S3Uri": f"s3://sagemaker-us-west-2-123456789012/job/{name}",
+        "S3DataDistributionType": "FullyReplicated"}}} for name in ("code", "sm_drivers", "training")]
+    assert_describe_shape(doc)
+    return doc
+
+
+def test_a_v3_job_needs_its_code_channels(v2: dict[str, Any], project: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path, out = write_doc(tmp_path, v3_document(v2)), tmp_path / "out"
+    err = refused([str(path), "--channel", f"training={project / 'train'}", "--output-dir", str(out)], capsys, out)
+    assert "error: InputDataConfig: 2 channel(s)" in err
+    assert "code (SDK v3's code channel" in err and "sm_drivers (SDK v3's driver scripts" in err
+    err = refused([str(path), "--source-dir", str(project / "src"), "--output-dir", str(out)], capsys, out)
+    assert "error: --source-dir: an SDK v3 (ModelTrainer) job has no source dir" in err
+
+
+def test_a_v3_job_runs_its_container_entrypoint(v2: dict[str, Any], project: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    drivers = tmp_path / "sm_drivers"
+    drivers.mkdir()
+    (drivers / "sm_train.sh").write_text("#!/bin/bash\n")
+    argv = [str(write_doc(tmp_path, v3_document(v2))), "--plan", "--channel", f"code={project / 'src'}",
+            "--channel", f"sm_drivers={drivers}", "--channel", f"training={project / 'train'}",
+            "--output-dir", str(tmp_path / "out"), "--backend", "process", "--framework-version", "current"]
+    assert main(["replay", *argv]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["runner"] == "container"
+    assert plan["hosts"][0]["container_command"] == [*V3_ALGORITHM["ContainerEntrypoint"],
+                                                     *V3_ALGORITHM["ContainerArguments"]]
+    assert plan["request"]["HyperParameters"] == {"epochs": "2"}
+
+
+def test_a_bad_profile(doc_file: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert "error: --profile: unknown profile" in refused([str(doc_file), *flags(project, out, "--profile", "fast")],
+                                                          capsys, out)
