@@ -21,10 +21,12 @@ from emulator.job import request as rq
 from emulator.job.result import JobResult
 from emulator.supervisor import run as run_job
 
+from .moments import JumpWhenSet, SetAfterMarker
+
 SCRIPTS = Path(__file__).parents[1] / "scripts"
-#: MaxRuntimeInSeconds of the frozen-host job: hosts must reach READY (the freeze's trigger) before
-#: it, which takes ~10 s on an idle 2-core machine and far longer on a loaded one.
-FREEZE_MAX_RUN = 60
+#: MaxRuntimeInSeconds of the frozen-host job: longer than any start, reached by JumpWhenSet a
+#: little after algo-2 printed READY (the freeze's trigger), with no wall-clock wait for it.
+FREEZE_MAX_RUN = 900
 #: Longest wait for the hosts to start and record their connection attempt (a loaded machine).
 HANG_WAIT = 600.0
 #: Seconds the netcut test lets the hosts keep trying their exchange before it stops the job.
@@ -55,9 +57,11 @@ def test_sigkill_of_a_host_fails_the_job_and_stops_its_peer(tmp_path: Path) -> N
 
 
 def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
-    result = emulator.run(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
-                          job_name="freeze", echo=False, stop_grace=1, max_run=FREEZE_MAX_RUN, profile="ci",
-                          faults=["freeze:algo-2@log=/READY/"])
+    ready = threading.Event()
+    request = rq.create(entry_point="sleeper.py", source_dir=SCRIPTS, instance_count=2, output_path=tmp_path,
+                        job_name="freeze", max_run=FREEZE_MAX_RUN, profile="ci")
+    result = run_job(request, stream=SetAfterMarker("[algo-2] READY", 1, ready), stop_grace=1,
+                     faults=["freeze:algo-2@log=/READY/"], clock=JumpWhenSet(ready, FREEZE_MAX_RUN))
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
     assert result.failure_reason is None
     statuses = [t["Status"] for t in result.description["SecondaryStatusTransitions"]]

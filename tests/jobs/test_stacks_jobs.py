@@ -3,7 +3,6 @@ backends. Expected places come from the script's own text (the lines holding its
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from emulator.job.request import create
 from emulator.job.result import JobResult
 
 from ..conftest import require_mpi
+from .moments import JumpWhenSet, SetAfterMarker
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 HANG = (SCRIPTS / "hang_reader.py").read_text()
@@ -35,25 +35,10 @@ STEP = f"all_reduce at hang_reader.py:{line(HANG, '# STEP')} in step"
 READER = f"hang_reader.py:{line(HANG, '# READER')} in load_batch"
 
 
-class StopWhenWarm(io.StringIO):
-    """The console stream: sets ``stop`` a little after every rank printed WARM (a StopTrainingJob)."""
-
-    def __init__(self, ranks: int, stop: threading.Event, delay: float = 3.0) -> None:
-        super().__init__()
-        self.ranks, self.stop, self.delay, self.seen = ranks, stop, delay, 0
-
-    def write(self, text: str) -> int:
-        self.seen += text.count("WARM rank")
-        if self.seen >= self.ranks and not self.stop.is_set():
-            threading.Timer(self.delay, self.stop.set).start()
-            self.seen = -(1 << 30)
-        return super().write(text)
-
-
 def run_until_warm(tmp_path: Path, name: str, *, backend: str = "process", **kwargs: Any) -> tuple[JobResult, str]:
     """Run a job and stop it (StopTrainingJob) once its four ranks are warm; returns the console too."""
     stop = threading.Event()
-    stream = StopWhenWarm(4, stop)
+    stream = SetAfterMarker("WARM rank", 4, stop)
     request = create(output_path=tmp_path, job_name=name, max_run=900, profile="ci", **BASE, **kwargs)
     result = supervisor.run(request, backend=backend, stream=stream, stop_grace=2, stop=stop)
     return result, stream.getvalue()
@@ -63,19 +48,7 @@ def summary(result: JobResult) -> list[str]:
     return list(result.description["Emulator"]["Stacks"]["Summary"])
 
 
-class DeadlineWhenWarm(supervisor.SystemClock):
-    """The supervisor's clock, whose monotonic time jumps ``jump`` seconds ahead once ``warm`` is set:
-    MaxRuntimeInSeconds is reached at that moment, through the supervisor's own deadline check, with
-    no wall-clock wait for it (the policy's timing is tested with a fake clock: tests/unit/test_supervisor.py)."""
-
-    def __init__(self, warm: threading.Event, jump: float) -> None:
-        self.warm, self.jump = warm, jump
-
-    def monotonic(self) -> float:
-        return super().monotonic() + (self.jump if self.warm.is_set() else 0.0)
-
-
-#: The max-runtime job's MaxRuntimeInSeconds: longer than any warm-up, reached by DeadlineWhenWarm.
+#: The max-runtime job's MaxRuntimeInSeconds: longer than any warm-up, reached by JumpWhenSet.
 MAX_RUN = 900
 
 
@@ -83,10 +56,10 @@ MAX_RUN = 900
 def max_runtime_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult, str]:
     """hang_reader.py until MaxRuntimeInSeconds, reached a little after all four ranks are warm."""
     warm = threading.Event()
-    stream = StopWhenWarm(4, warm)
+    stream = SetAfterMarker("WARM rank", 4, warm)
     request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=MAX_RUN,
                      entry_point="hang_reader.py", distribution=TORCH_DIST, **BASE)
-    result = supervisor.run(request, stream=stream, stop_grace=2, clock=DeadlineWhenWarm(warm, MAX_RUN))
+    result = supervisor.run(request, stream=stream, stop_grace=2, clock=JumpWhenSet(warm, MAX_RUN))
     return result, stream.getvalue()
 
 
