@@ -7,6 +7,10 @@ URIs; ``stop_training_job`` stops the job; ``list_tags`` returns the tags sent. 
 found again from another process through an index under the S3 folder, so ``Estimator.attach``
 works after the launcher that ran it has exited.
 
+The hyperparameter tuning calls (Create/Describe/Stop HyperParameterTuningJob,
+ListTrainingJobsForHyperParameterTuningJob) are answered by :mod:`emulator.sdk.tuning_jobs`, whose
+training jobs run through ``create_training_job`` like any other.
+
 Every other SageMaker API call raises :class:`NotImplementedError` naming the call: nothing is sent
 to AWS.
 """
@@ -35,6 +39,7 @@ from .cwmetrics import publish as publish_metrics
 from .redirect import FRAMEWORK_VAR
 from .s3 import INTERNAL, S3Store, default_store
 from .translate import Translated, from_create_training_job
+from .tuning_jobs import TuningJobs
 
 #: Fields of the CreateTrainingJob request that DescribeTrainingJob echoes back.
 ECHOED = ("TrainingJobName", "HyperParameters", "AlgorithmSpecification", "RoleArn", "InputDataConfig",
@@ -108,6 +113,7 @@ class EmulatorSageMakerClient:
         self.on_start: list[Callable[[EmulatedJob], None]] = []
         #: Called with each job when it has ended, before DescribeTrainingJob reports it ended.
         self.on_finish: list[Callable[[EmulatedJob], None]] = []
+        self._tuning: TuningJobs | None = None
 
     # index of jobs on disk, so attach() works from another process ---------------------------
     def _index(self, name: str) -> Path:
@@ -233,6 +239,8 @@ class EmulatorSageMakerClient:
             out["ModelArtifacts"] = {"S3ModelArtifacts": f"{output_uri.rstrip('/')}/{desc['TrainingJobName']}"
                                                          "/output/model.tar.gz"}
         out["TrainingJobArn"] = self.arn(desc["TrainingJobName"])
+        if self._tuning is not None and desc["TrainingJobName"] in self._tuning.parents:
+            out["TuningJobArn"] = self._tuning.parents[desc["TrainingJobName"]]
         for key in TIME_FIELDS:
             if isinstance(out.get(key), str):
                 out[key] = datetime.fromisoformat(out[key])
@@ -256,6 +264,25 @@ class EmulatorSageMakerClient:
                                f"job is in status {status}.", "StopTrainingJob")
         job.stop.set()  # the supervisor stops the hosts as StopTrainingJob does
         return {}
+
+    # hyperparameter tuning jobs (:mod:`emulator.sdk.tuning_jobs`) ----------------------------
+    @property
+    def tuning(self) -> TuningJobs:
+        if self._tuning is None:
+            self._tuning = TuningJobs(self)
+        return self._tuning
+
+    def create_hyper_parameter_tuning_job(self, **create: Any) -> dict[str, Any]:
+        return self.tuning.create(create)
+
+    def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName: str) -> dict[str, Any]:
+        return self.tuning.describe(HyperParameterTuningJobName)
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        return self.tuning.list_training_jobs(**request)
+
+    def stop_hyper_parameter_tuning_job(self, HyperParameterTuningJobName: str) -> dict[str, Any]:
+        return self.tuning.stop(HyperParameterTuningJobName)
 
     def list_tags(self, ResourceArn: str, **_: Any) -> dict[str, Any]:
         name = ResourceArn.rsplit("/", 1)[-1]

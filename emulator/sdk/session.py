@@ -13,8 +13,10 @@ moto backed by a local folder (:mod:`emulator.sdk.s3`), ``metric_definitions`` r
 the hosts' logs (``FinalMetricDataList``; ``training_job_analytics`` through moto's
 CloudWatch, :mod:`emulator.sdk.cwmetrics`). A failed job raises the SDK's own
 ``UnexpectedStatusException`` carrying the emulator's ``FailureReason``.
+``HyperparameterTuner.fit()`` runs its training jobs on the emulator (:mod:`emulator.sdk.tuning_jobs`);
+``wait_for_tuning_job`` waits for the tuning thread instead of polling every 5 s.
 
-Not emulated: every other SageMaker API (endpoints, processing, tuning, pipelines: they raise
+Not emulated: every other SageMaker API (endpoints, processing, pipelines: they raise
 ``NotImplementedError``), SageMaker's instance metrics (CPU, GPU, memory), IAM permission
 checks, and any AWS call at all — nothing leaves the machine, no AWS account or credentials are needed.
 """
@@ -93,6 +95,14 @@ class EmulatorSession(Session):
         self._join(job, None)
         desc: dict[str, Any] = self.describe_training_job(job)
         _check_job_status(job, desc, "TrainingJobStatus")
+        return desc
+
+    def wait_for_tuning_job(self, job: str, poll: int = 5) -> dict[str, Any]:
+        """As the SDK's: wait for the tuning job, then raise its ``UnexpectedStatusException`` if
+        it did not complete (without the SDK's 5-second polling)."""
+        self.emulator_client.tuning.wait(job)
+        desc: dict[str, Any] = self.describe_tuning_job(job)
+        _check_job_status(job, desc, "HyperParameterTuningJobStatus")
         return desc
 
     def _join(self, job_name: str, timeout: float | None) -> None:
