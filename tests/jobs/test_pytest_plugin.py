@@ -131,6 +131,36 @@ def test_two_cluster_tests_run_at_once_under_xdist(user_repo: pytest.Pytester) -
     assert a["start"] < b["end"] and b["start"] < a["end"], (a, b)
 
 
+TUNING_TESTS = """\
+import pathlib
+from sagemaker.pytorch import PyTorch
+from sagemaker.tuner import ContinuousParameter, HyperparameterTuner
+
+SRC = pathlib.Path(__file__).parent / "src"
+
+def test_tuning_launcher(sagemaker_session):
+    est = PyTorch(entry_point="tuned.py", source_dir=str(SRC), role="any", framework_version="2.3.0",
+                  py_version="py311", instance_count=1, instance_type="ml.m5.xlarge",
+                  sagemaker_session=sagemaker_session)
+    tuner = HyperparameterTuner(est, "loss", {"lr": ContinuousParameter(0.1, 0.2)}, objective_type="Minimize",
+                                metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                                strategy="Random", max_jobs=1, max_parallel_jobs=1)
+    tuner.fit()
+    best = tuner.describe()["BestTrainingJob"]
+    assert 0.1 <= best["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] <= 0.2
+"""
+
+
+def test_the_session_fixture_runs_a_tuning_launcher(user_repo: pytest.Pytester) -> None:
+    """``sagemaker_session`` is an EmulatorSession a user's tuning launcher code takes as is."""
+    import_or_skip("sagemaker")
+    (user_repo.path / "tests" / "src" / "tuned.py").write_text(
+        "import sys\nprint('loss=' + sys.argv[sys.argv.index('--lr') + 1])\n")
+    (user_repo.path / "tests" / "test_tuning.py").write_text(TUNING_TESTS)
+    result = user_repo.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 # --- the --real path, offline -----------------------------------------------------------------
 
 
