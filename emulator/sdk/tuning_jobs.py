@@ -313,7 +313,7 @@ class TuningJobs:
             raise client_error("ValidationException", f"SortBy {SortBy!r}, SortOrder {SortOrder!r}, MaxResults "
                                f"{MaxResults}: allowed {SORT_KEYS}, Ascending|Descending, 1-100", operation)
         trials = [t for t in job.trials if StatusEquals is None or t.status == StatusEquals]
-        if SortBy == "FinalObjectiveMetricValue":  # "any training jobs that did not return an objective metric are not listed"
+        if SortBy == "FinalObjectiveMetricValue":  # "jobs that did not return an objective metric are not listed"
             trials = sorted((t for t in trials if t.objective is not None), key=lambda t: t.objective or 0.0)
         else:
             key = {"Name": lambda t: t.name, "CreationTime": lambda t: t.created,

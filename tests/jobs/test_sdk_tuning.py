@@ -86,10 +86,13 @@ def test_best_training_job_is_the_lowest_loss(tuned: Any) -> None:
     summaries = tuned.sagemaker_session.sagemaker_client.list_training_jobs_for_hyper_parameter_tuning_job(
         HyperParameterTuningJobName=tuned.latest_tuning_job.name)["TrainingJobSummaries"]
     assert len(summaries) == 2
-    assert [s["TrainingJobName"] for s in summaries] == sorted(s["TrainingJobName"] for s in summaries)  # Name, Ascending
+    names = [s["TrainingJobName"] for s in summaries]
+    assert names == sorted(names)  # the default order: Name, Ascending
     for s in summaries:
         assert set(s["TunedHyperParameters"]) == {"lr", "opt"}
-        assert s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] == pytest.approx(loss(s["TunedHyperParameters"]))
+        objective = s["FinalHyperParameterTuningJobObjectiveMetric"]
+        assert objective == {"Type": "Minimize", "MetricName": "val:loss",
+                             "Value": pytest.approx(loss(s["TunedHyperParameters"]))}
         assert s["ObjectiveStatus"] == "Succeeded"
     lowest = min(summaries, key=lambda s: loss(s["TunedHyperParameters"]))
     assert tuned.best_training_job() == lowest["TrainingJobName"]
