@@ -100,7 +100,12 @@ class EmulatorSession(Session):
     def wait_for_tuning_job(self, job: str, poll: int = 5) -> dict[str, Any]:
         """As the SDK's: wait for the tuning job, then raise its ``UnexpectedStatusException`` if
         it did not complete (without the SDK's 5-second polling)."""
-        self.emulator_client.tuning.wait(job)
+        try:
+            self.emulator_client.tuning.wait(job)
+        except KeyboardInterrupt:  # as for a training job: Ctrl-C stops what it started
+            self.emulator_client.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=job)
+            self.emulator_client.tuning.wait(job)
+            raise
         desc: dict[str, Any] = self.describe_tuning_job(job)
         _check_job_status(job, desc, "HyperParameterTuningJobStatus")
         return desc

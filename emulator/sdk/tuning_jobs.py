@@ -96,6 +96,12 @@ class TuningJob:
         return "Failed" if self.failure_reason else "Completed"
 
 
+def parallel_slots(max_parallel: int, *, cores: int, instances: int) -> int:
+    """Training jobs run at once: ``MaxParallelTrainingJobs``, at most one host per core of this
+    machine (at least one job)."""
+    return max(1, min(max_parallel, cores // max(1, instances)))
+
+
 class TuningJobs:
     """The tuning jobs of one :class:`~emulator.sdk.client.EmulatorSageMakerClient`."""
 
@@ -125,9 +131,9 @@ class TuningJobs:
             raise client_error("ValidationException", str(exc), T.OPERATION) from exc
         instances = int((spec.definition.get("HyperParameterTuningResourceConfig")
                          or spec.definition.get("ResourceConfig") or {}).get("InstanceCount", 1) or 1)
-        slots = max(1, self.cores // instances)
         seed = spec.random_seed if spec.random_seed is not None else random.SystemRandom().randrange(2**31)
-        job = TuningJob(spec=spec, created=time.time(), parallel=min(spec.max_parallel, slots), seed=seed)
+        job = TuningJob(spec=spec, created=time.time(), seed=seed,
+                        parallel=parallel_slots(spec.max_parallel, cores=self.cores, instances=instances))
         if job.parallel < spec.max_parallel:
             job.warnings.append(f"MaxParallelTrainingJobs {spec.max_parallel} runs as {job.parallel} at a time: "
                                 f"this machine has {self.cores} core(s) and each training job {instances} host(s)")
@@ -350,4 +356,4 @@ def _dt(t: float) -> Any:
     return datetime.fromisoformat(iso(t))
 
 
-__all__ = ["TuningJob", "TuningJobs"]
+__all__ = ["TuningJob", "TuningJobs", "parallel_slots"]

@@ -1,7 +1,7 @@
 """SDK v2 ``HyperparameterTuner`` on EmulatorSession: real training jobs, answered as SageMaker does.
 
-Three 1-host jobs in all: one Random tuning job of two (read by most tests through a module
-fixture) and one of one whose objective regex matches nothing. Expected values come from the
+Four 1-host jobs in all: one Random tuning job of two (read by most tests through a module
+fixture), one of one whose objective regex matches nothing, and one stopped while it runs. Expected values come from the
 script's own arithmetic, the SDK's code and the sagemaker-training toolkit's (cited per test).
 """
 
@@ -45,23 +45,25 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("tuning")
     (root / "src").mkdir()
     (root / "src" / "train.py").write_text(TRAIN)
+    (root / "src" / "slow.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
     sess = EmulatorSession(region="us-west-2", s3_root=root / "s3", profile="ci")
     sess.project = root  # type: ignore[attr-defined]
     yield sess
     sess.close()
 
 
-def _tuner(session: Any, metric_definitions: list[dict[str, str]], max_jobs: int) -> Any:
+def _tuner(session: Any, metric_definitions: list[dict[str, str]], max_jobs: int, *,
+           max_parallel_jobs: int | None = None, entry_point: str = "train.py") -> Any:
     from sagemaker.pytorch import PyTorch
     from sagemaker.tuner import CategoricalParameter, ContinuousParameter, HyperparameterTuner
 
-    est = PyTorch(entry_point="train.py", source_dir=str(Path(session.project) / "src"), role="SageMakerRole",
+    est = PyTorch(entry_point=entry_point, source_dir=str(Path(session.project) / "src"), role="SageMakerRole",
                   framework_version="2.3.0", py_version="py311", instance_count=1, instance_type="ml.m5.xlarge",
                   hyperparameters={"epochs": 2}, sagemaker_session=session)
     return HyperparameterTuner(est, "val:loss", {"lr": ContinuousParameter(0.001, 0.1),
                                                  "opt": CategoricalParameter(["sgd", "adam"])},
                                metric_definitions=metric_definitions, strategy="Random", objective_type="Minimize",
-                               max_jobs=max_jobs, max_parallel_jobs=max_jobs, random_seed=7)
+                               max_jobs=max_jobs, max_parallel_jobs=max_parallel_jobs or max_jobs, random_seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +143,34 @@ def test_an_objective_no_job_reported_fails_the_tuning_job(session: Any) -> None
     desc = tuner.describe()
     assert desc["ObjectiveStatusCounters"] == {"Succeeded": 0, "Pending": 0, "Failed": 1}
     assert "BestTrainingJob" not in desc
+
+
+@pytest.fixture
+def quick_stop(session: Any) -> Iterator[Any]:
+    """A session whose stopped hosts get 1 s between SIGTERM and SIGKILL (SageMaker: 120 s)."""
+    from emulator.sdk.session import EmulatorSession
+
+    sess = EmulatorSession(region="us-west-2", s3_root=Path(session.project) / "s3-stop", profile="ci",
+                           stop_grace=1.0)
+    sess.project = session.project  # type: ignore[attr-defined]
+    yield sess
+    sess.close()
+
+
+def test_stop_tuning_job_stops_its_running_training_job(quick_stop: Any) -> None:
+    """StopHyperParameterTuningJob: the running training job is stopped, no other starts; the SDK's
+    ``wait`` only warns on ``Stopped`` (``_check_job_status``)."""
+    import time
+
+    tuner = _tuner(quick_stop, METRICS, max_jobs=2, max_parallel_jobs=1, entry_point="slow.py")
+    tuner.fit(job_name="tuning-stopped", wait=False)
+    job = quick_stop.emulator_client.tuning.jobs["tuning-stopped"]
+    while not job.trials:  # the first training job has been created (no time limit: it is the next step)
+        time.sleep(0.05)
+    tuner.stop_tuning_job()
+    tuner.wait()
+    desc = tuner.describe()
+    assert desc["HyperParameterTuningJobStatus"] == "Stopped"
+    assert desc["TrainingJobStatusCounters"] == {"Completed": 0, "InProgress": 0, "RetryableError": 0,
+                                                 "NonRetryableError": 0, "Stopped": 1}
+    assert "FailureReason" not in desc

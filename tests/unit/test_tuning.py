@@ -218,3 +218,13 @@ def test_bayesian_runs_as_random_search_with_the_same_budget(session: Any) -> No
     spec = T.validate(_sdk_request(_tuner(session, strategy="Bayesian", max_jobs=3), session))
     assert spec.strategy in T.RUN_AS_RANDOM
     assert len(T.candidates(spec, random.Random(0))) == 3
+
+
+@pytest.mark.parametrize(("max_parallel", "cores", "instances", "expected"),
+                         [(2, 2, 1, 2), (3, 2, 1, 2), (2, 2, 2, 1), (4, 16, 2, 4), (1, 1, 4, 1)])
+def test_max_parallel_jobs_is_honoured_within_the_cores(max_parallel: int, cores: int, instances: int,
+                                                        expected: int) -> None:
+    """At most ``MaxParallelTrainingJobs`` at once, and at most one host per core (never none)."""
+    from emulator.sdk.tuning_jobs import parallel_slots
+
+    assert parallel_slots(max_parallel, cores=cores, instances=instances) == expected
