@@ -19,7 +19,8 @@ Refused before any training job starts, with the text of whoever refuses it on A
 * the documented rules, in the emulator's words naming the field (SageMaker's text not known):
   ``MaxNumberOfTrainingJobs`` below ``MaxParallelTrainingJobs``; the service model's ``max``
   bounds and name patterns (botocore checks only ``min``); at most 30 ranges in all
-  (*ParameterRanges*); an integer or continuous bound that is not a number of its type, or
+  (*ParameterRanges*); more than 100 hyperparameters, static, tuned and the one AMT adds
+  (*Define Hyperparameter Ranges*); an integer or continuous bound that is not a number of its type, or
   ``MinValue`` above ``MaxValue``; ``Logarithmic`` scaling of a range that is not above 0 and
   ``ReverseLogarithmic`` outside [0, 1) (*ContinuousParameterRange*); ``Grid`` with a non-
   categorical range, or a ``MaxNumberOfTrainingJobs`` that is not the number of combinations
@@ -68,6 +69,9 @@ NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}")
 NAME_MAX = 32
 #: ParameterRanges: at most 30 ranges, over all three kinds ("the sum … can't exceed").
 MAX_RANGES = 30
+#: "You can use up to 100 hyperparameters in total (static + tunable)", and the one AMT adds counts
+#: (*Define Hyperparameter Ranges*).
+MAX_HYPERPARAMETERS = 100
 #: HyperParameterTuningMaxRuntimeInSeconds.max in the service model.
 MAX_RUNTIME = 15_768_000
 STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
@@ -248,6 +252,11 @@ def validate(create: Mapping[str, Any]) -> TuningSpec:
         if r.name in static:
             raise RequestError(f"{DEFINITION}.StaticHyperParameters.{r.name}", "is also a tuned range",
                                allowed="each hyperparameter either static or tuned")
+    total = len(static) + len(ranges) + 1  # + _tuning_objective_metric
+    if total > MAX_HYPERPARAMETERS:
+        raise RequestError(f"{DEFINITION}.StaticHyperParameters", f"{len(static)} static + {len(ranges)} tuned "
+                           f"+ {OBJECTIVE_HP} = {total} hyperparameters",
+                           allowed=f"at most {MAX_HYPERPARAMETERS} in total (static + tunable)")
     combinations = math.prod(r.size() for r in ranges)
     max_jobs = limits.get("MaxNumberOfTrainingJobs")
     where_max = f"{CONFIG}.ResourceLimits.MaxNumberOfTrainingJobs"

@@ -160,11 +160,16 @@ class TuningJobs:
 
         request = T.training_job_request(spec, f"{spec.name}-000-00000000",
                                          {r.name: r.sample(random.Random(0)) for r in spec.ranges})
+        from ..backends import get_backend
+
         c = self.client
         translated = from_create_training_job(request, store=c.store, region=c.region,
                                               gpus_per_host=c.gpus_per_host, framework_version=c.framework_version)
-        for d in translated.temp_dirs:
-            shutil.rmtree(d, ignore_errors=True)
+        try:  # a framework this backend cannot run, as create_training_job checks it
+            get_backend(c.backend).job_python(translated.request)
+        finally:
+            for d in translated.temp_dirs:
+                shutil.rmtree(d, ignore_errors=True)
 
     # the tuning thread ---------------------------------------------------------------------
     def _run(self, job: TuningJob) -> None:

@@ -228,3 +228,22 @@ def test_max_parallel_jobs_is_honoured_within_the_cores(max_parallel: int, cores
     from emulator.sdk.tuning_jobs import parallel_slots
 
     assert parallel_slots(max_parallel, cores=cores, instances=instances) == expected
+
+
+def test_more_than_100_hyperparameters_with_the_one_amt_adds_is_refused(session: Any) -> None:
+    """*Define Hyperparameter Ranges*: "You can use up to 100 hyperparameters in total (static +
+    tunable)", and the hyperparameter AMT adds counts toward the limit: the SDK's static ones plus
+    the 2 tuned plus ``_tuning_objective_metric`` make 101 here."""
+    from emulator.errors import RequestError
+    from emulator.sdk import tuning as T
+
+    request = _sdk_request(_tuner(session), session)
+    static = request["TrainingJobDefinition"]["StaticHyperParameters"]
+    for i in range(98 - len(static)):
+        static[f"extra_{i}"] = "1"
+    assert len(static) == 98
+    with pytest.raises(RequestError) as info:
+        T.validate(request)
+    assert info.value.field == "TrainingJobDefinition.StaticHyperParameters"
+    del static["extra_0"]
+    assert T.validate(request).name == request["HyperParameterTuningJobName"]  # 100 in all is fine
