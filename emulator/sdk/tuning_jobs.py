@@ -70,7 +70,8 @@ class Trial:
     def objective_status(self) -> str:
         if self.description is None:
             return "Pending"
-        return "Succeeded" if self.status == "Completed" and self.objective is not None else "Failed"
+        # a stopped job's last value counts too (early stopping on SageMaker stops jobs that have one)
+        return "Succeeded" if self.status in ("Completed", "Stopped") and self.objective is not None else "Failed"
 
 
 @dataclass
