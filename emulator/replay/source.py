@@ -109,10 +109,14 @@ def by_name(name: str, region: str | None) -> Source:
 
 
 def sampler(region: str) -> FetchPrefix:
-    """``--sample`` for a SOURCE that is a file: S3 downloads in ``region``, refused without credentials."""
-    session = _session(region, "--sample", "downloading channel data from S3",
-                       "AWS credentials boto3 finds, or a --channel NAME=DIR folder for each channel")
-    return prefix_fetcher(session, region)
+    """``--sample`` for a SOURCE that is a file: S3 downloads in ``region``, refused without
+    credentials when a channel is to be downloaded (not before: ``--channel`` may cover them all)."""
+    def fetch_prefix(uri: str, limit: int | None, temp: list[Path]) -> tuple[Path, int]:
+        session = _session(region, "--sample", "downloading channel data from S3",
+                           "AWS credentials boto3 finds, or a --channel NAME=DIR folder for each channel")
+        return download_prefix(session, region, uri, limit, temp)
+
+    return fetch_prefix
 
 
 def prefix_fetcher(session: Any, region: str) -> FetchPrefix:
