@@ -150,6 +150,10 @@ def check_document(document: Any) -> dict[str, Any]:
     for key in ("AlgorithmSpecification", "ResourceConfig"):
         if not isinstance(document.get(key), dict):
             raise RequestError(key, "missing: SOURCE is not a DescribeTrainingJob document", allowed=allowed)
+    if not isinstance(document.get("TrainingJobStatus"), str):  # the outcome a replay is judged against
+        raise RequestError("TrainingJobStatus", "missing: SOURCE is not a DescribeTrainingJob document (the "
+                           "service model requires it, and the replay compares its own status with it)",
+                           allowed=allowed)
     return document
 
 

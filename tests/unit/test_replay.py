@@ -299,9 +299,13 @@ def test_a_file_that_is_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "SOURCE:" in refused([str(path), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
 
 
-@pytest.mark.parametrize("missing", ["AlgorithmSpecification", "ResourceConfig"])
+@pytest.mark.parametrize("missing", ["AlgorithmSpecification", "ResourceConfig", "TrainingJobStatus"])
 def test_a_document_that_is_no_describe_training_job(missing: str, v2: dict[str, Any], tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The two fields a replay maps, and TrainingJobStatus, which botocore's model requires of every
+    DescribeTrainingJobResponse and against which the replay is judged."""
+    if missing == "TrainingJobStatus":
+        assert missing in service_model().shape_for("DescribeTrainingJobResponse").required_members
     doc = {k: v for k, v in v2["document"].items() if k != missing}
     err = refused([str(write_doc(tmp_path, doc)), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
     assert f"error: {missing}: missing" in err
@@ -363,6 +367,31 @@ def test_a_good_source_tar_is_taken(doc_file: Path, project: Path, tmp_path: Pat
     assert main(["replay", str(doc_file), "--plan", *given, "--source-dir", str(archive)]) == 0
     assert f"→ {archive} (--source-dir)" in capsys.readouterr().err
     assert temp_listing() == before  # the extracted copy is gone
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_missing_or_corrupt_sourcedir_in_s3(damage: str, project: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A job read by name whose sourcedir.tar.gz (where the SDK uploaded it, moto's S3) is gone or
+    is no gzip'd tar: refused naming sagemaker_submit_directory, the download removed."""
+    import boto3
+
+    moto = import_or_skip("moto")
+    out = tmp_path / "out"
+    with moto.mock_aws():
+        name, sent = launch_v2(project / "src")
+        bucket, _, key = json.loads(sent["HyperParameters"]["sagemaker_submit_directory"])[5:].partition("/")
+        s3 = boto3.client("s3", region_name=REGION)
+        if damage == "deleted":
+            s3.delete_object(Bucket=bucket, Key=key)
+        else:
+            s3.put_object(Bucket=bucket, Key=key, Body=b"\x1f\x8b\x08\x00 this is no gzip stream")
+        capsys.readouterr()
+        arn = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}"
+        err = refused([arn, "--channel", f"training={project / 'train'}", "--channel", f"validation={project / 'val'}",
+                       "--output-dir", str(out)], capsys, out)
+    assert "error: HyperParameters.sagemaker_submit_directory: " in err
+    assert ("cannot download s3://" in err) if damage == "deleted" else ("not a readable .tar.gz" in err)
 
 
 def test_every_channel_still_needed_is_listed(doc_file: Path, project: Path, tmp_path: Path,
