@@ -566,10 +566,16 @@ def test_sample_downloads_the_first_objects_of_each_prefix(project: Path, tmp_pa
             assert local["validation"] == project / "val"  # --channel wins over --sample
         capsys.readouterr()
         path = write_doc(tmp_path, document)
+        emitted = tmp_path / "test_emitted.py"
         assert main(["replay", str(path), "--plan", "--sample", "1", "--source-dir", str(project / "src"),
-                     "--output-dir", str(out), "--backend", "process"]) == 0
+                     "--output-dir", str(out), "--backend", "process", "--emit-pytest", str(emitted)]) == 0
         err = capsys.readouterr().err
         assert temp_listing() == before and not out.exists()
+        namespace: dict[str, Any] = {}  # the emitted test keeps its own copy of the sampled data
+        exec(compile(emitted.read_text(), str(emitted), "exec"), namespace)
+        kept = tmp_path / "test_emitted.channels"
+        assert namespace["CHANNELS"] == {"training": str(kept / "training"), "validation": str(kept / "validation")}
+        assert files(kept) == {"training/a.csv": "1\n", "validation/x.csv": "9\n"}
         assert f"training: s3://{DATA_BUCKET}/train/ → " in err
         assert "(sampled: the first 1 object(s) under the prefix (--sample 1))" in err
         assert "data: training, validation sampled from S3 (--sample), not the whole channel" in err
