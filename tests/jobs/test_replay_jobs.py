@@ -3,7 +3,8 @@
 passes in a fresh pytest run.
 
 One recorded job (2 hosts, ``torch_distributed``, rank 1 fails with a clear error) made by
-``python -m emulator run``, shared by the module; the replays run in the ``ci`` profile, the one the job's ``job.json`` records.
+``python -m emulator run``, shared by the module; the replays run in the ``ci`` profile, the one
+the job's ``job.json`` records.
 """
 
 from __future__ import annotations
