@@ -183,7 +183,7 @@ def parser() -> argparse.ArgumentParser:
                                            "job name) again; exit 0 iff it ends as recorded (replay --help)",
                             add_help=False)
     replay.add_argument("args", nargs=argparse.REMAINDER, help="SOURCE [--source-dir DIR_OR_TAR] [--channel NAME=PATH]"
-                        " [--hosts N] [--plan] [--emit-pytest FILE] …")
+                        " [--sample N] [--hosts N] [--plan] [--emit-pytest FILE] …")
     return p
 
 

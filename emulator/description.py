@@ -81,6 +81,7 @@ def describe(request: JobRequest, *, transitions: Sequence[Transition], created:
     d["Emulator"] = {
         "Backend": backend,
         "Runner": runner,
+        "Profile": request.profile,
         "JobDir": str(request.job_dir),
         "LaunchSpec": str(request.job_dir / LAUNCH_SPEC_FILE),
         "Hosts": [{"Host": h.name, "ExitCode": h.exit_code, "Signal": signal_name(h.signal), "How": h.how,

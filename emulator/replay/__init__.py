@@ -12,8 +12,10 @@ would run, ``--emit-pytest`` writes a regression test (:mod:`.emit`).
 
 Not replayed: VPC, Debugger, Profiler, TensorBoard, Experiments, remote debugging and health-check
 configs (reported); the effects of managed spot, retries, network isolation and traffic
-encryption (carried as recorded, not emulated, as on the SDK session); channel data and, except for
-a v2 job read by name, the code (nothing is downloaded but that ``sourcedir.tar.gz``); built-in and
+encryption (carried as recorded, not emulated, as on the SDK session); channel data beyond
+``--sample N`` objects per prefix (manifest channels and file systems always need ``--channel``),
+and the code of a job given as a file (a job read by name has its ``sourcedir.tar.gz`` or v3
+``code``/``sm_drivers`` channels downloaded); built-in and
 Marketplace algorithms and images that are no PyTorch or Hugging Face DLC (refused).
 
 Public: :func:`prepare` (a context manager yielding a :class:`Replay` whose ``request`` the
@@ -29,19 +31,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .mapping import FetchCode, Options, Replay, build
+from .mapping import FetchCode, FetchPrefix, Options, Replay, build
 from .report import Outcome, first_line
 
 
 @contextmanager
 def prepare(document: Mapping[str, Any], options: Options | None = None, *,
-            fetch_code: FetchCode | None = None) -> Iterator[Replay]:
+            fetch_code: FetchCode | None = None, fetch_prefix: FetchPrefix | None = None) -> Iterator[Replay]:
     """The replay of ``document``, validated; its temp folders are removed on exit."""
     options = options or Options()
     options = replace(options, source_dir=None if options.source_dir is None else Path(options.source_dir),
                       channels={k: Path(v) for k, v in dict(options.channels).items()},
                       output_dir=Path(options.output_dir))
-    replay = build(dict(document) if isinstance(document, Mapping) else document, options, fetch_code=fetch_code)
+    replay = build(dict(document) if isinstance(document, Mapping) else document, options, fetch_code=fetch_code,
+                   fetch_prefix=fetch_prefix)
     try:
         yield replay
     finally:

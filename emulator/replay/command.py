@@ -21,8 +21,8 @@ from ..cli import error_exit, terminate_on_sigterm
 from ..errors import EmulatorError, RequestError, Terminated
 from ..job.profiles import EXACT
 from . import emit, prepare, report
-from .mapping import Options, Replay
-from .source import load
+from .mapping import Options, Replay, check_document, region_of
+from .source import load, sampler
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the job's code (SDK v2: what sagemaker_submit_directory names), a folder or a .tar.gz")
     p.add_argument("--channel", action="append", default=[], metavar="NAME=PATH",
                    help="the folder standing for a channel's S3 URI (repeat; SDK v3 jobs: also code= and sm_drivers=)")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="download the first N objects under each channel's S3 prefix that has no --channel folder "
+                        "(needs AWS credentials; removed after the replay)")
     p.add_argument("--hosts", type=int, help="scale ResourceConfig.InstanceCount (homogeneous jobs only)")
     p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs per host than the instance type has")
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=[AUTO, *BACKENDS])
@@ -45,7 +48,9 @@ def parser() -> argparse.ArgumentParser:
                                                        "prints it); start nothing")
     p.add_argument("--emit-pytest", metavar="FILE", help="write a pytest module that replays the job and asserts "
                                                          "the recorded outcome; start nothing")
-    p.add_argument("--profile", default=EXACT, metavar="exact|ci", help="exact (default) or ci (see README, Profiles)")
+    p.add_argument("--profile", metavar="exact|ci",
+                   help=f"exact or ci (see README, Profiles); default: the profile an emulator job.json records, "
+                        f"else {EXACT}")
     p.add_argument("--framework-version", help="run this framework instead of the one TrainingImage names "
                                                "('current': this machine's torch)")
     p.add_argument("--quiet", action="store_true", help="no live host logs")
@@ -65,7 +70,7 @@ def channels(values: Sequence[str]) -> dict[str, Path]:
 def options(args: argparse.Namespace) -> Options:
     return Options(source_dir=Path(args.source_dir) if args.source_dir else None, channels=channels(args.channel),
                    hosts=args.hosts, gpus_per_host=args.gpus_per_host, output_dir=Path(args.output_dir),
-                   profile=args.profile, framework_version=args.framework_version)
+                   profile=args.profile, framework_version=args.framework_version, sample=args.sample)
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -84,7 +89,10 @@ def main(argv: Sequence[str] = ()) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     loaded = load(args.source)
-    with prepare(loaded.document, options(args), fetch_code=loaded.fetch_code) as replay:
+    fetch_prefix = loaded.fetch_prefix
+    if args.sample is not None and fetch_prefix is None:
+        fetch_prefix = sampler(region_of(check_document(loaded.document)))
+    with prepare(loaded.document, options(args), fetch_code=loaded.fetch_code, fetch_prefix=fetch_prefix) as replay:
         _say(report.before(replay, loaded.origin), sys.stderr if args.plan else sys.stdout)
         if args.emit_pytest:
             written = emit.write(Path(args.emit_pytest), replay, hosts=args.hosts)

@@ -6,7 +6,8 @@ cut to its ``Framework``), the code and channel folders as constants to edit (``
 request through the ``sagemaker_job`` fixture (so ``--emulator-backend``, ``--emulator-profile`` and
 the log-tail report sections apply), and asserts the recorded ``TrainingJobStatus`` and, for a
 failed job, the ``FailureReason``'s first line (:func:`emulator.replay.first_line`).
-A code archive that was downloaded for the replay is copied next to the module.
+A code archive and channels that were downloaded for the replay are copied next to the module
+(``<module>.sourcedir.tar.gz``, ``<module>.channels/<name>``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,14 @@ def write(target: Path, replay: Replay, *, hosts: int | None) -> Path:
             kept = target.with_name(f"{target.stem}.{replay.code.local.name}")
             shutil.copy2(replay.code.local, kept)
             source_dir = str(kept)
-    channels = "".join(f"    {c.name!r}: {str(c.local)!r},  # {c.recorded}\n" for c in replay.channels)
+    local = {}
+    for c in replay.channels:  # downloaded channels' temp folders go with the replay: keep a copy
+        local[c.name] = c.local
+        if c.how.startswith(("sampled", "downloaded")):
+            local[c.name] = target.with_name(f"{target.stem}.channels") / c.name
+            shutil.rmtree(local[c.name], ignore_errors=True)
+            shutil.copytree(c.local, local[c.name])
+    channels = "".join(f"    {c.name!r}: {str(local[c.name])!r},  # {c.recorded} ({c.how})\n" for c in replay.channels)
     status = replay.document.get("TrainingJobStatus")
     slug = re.sub(r"[^a-zA-Z0-9]+", "_", replay.recorded_name).strip("_").lower()[:40] or "job"
     text = TEMPLATE.format(name=replay.recorded_name, status=status, file=target.name,

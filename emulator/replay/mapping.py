@@ -67,6 +67,12 @@ MAX_NAME = 63
 SOURCE_ALLOWED = "a folder, or a sourcedir.tar.gz as the SDK uploads it"
 #: ``fetch_code(s3_uri, temp) -> local file``: downloads the recorded code (by-name sources).
 FetchCode = Callable[[str, list[Path]], Path]
+#: ``fetch_prefix(s3_uri, limit, temp) -> (folder, objects downloaded)``: downloads the first
+#: ``limit`` objects (None: all) under an S3 prefix into a new temp folder (added to ``temp``).
+FetchPrefix = Callable[[str, int | None, list[Path]], tuple[Path, int]]
+#: The most objects a v3 ``code`` or ``sm_drivers`` channel is downloaded with (the SDK uploads a
+#: source dir and its driver scripts there; more objects than this is not a code folder).
+CODE_CHANNEL_MAX = 2000
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,11 @@ class Options:
     hosts: int | None = None
     gpus_per_host: int | None = None
     output_dir: Path = Path("replay-out")
-    profile: str = profiles.EXACT
+    #: None: the profile an emulator ``job.json`` records (``Emulator.Profile``), else ``exact``.
+    profile: str | None = None
+    #: Download the first N objects under each channel's S3 prefix that has no folder (needs
+    #: AWS credentials: a ``fetch_prefix``).
+    sample: int | None = None
     framework_version: str | None = None
     job_name: str | None = None
 
@@ -106,6 +116,8 @@ class Replay:
     not_replayed: list[tuple[str, str]]
     dropped: list[str]
     temp_dirs: list[Path]
+    #: Where the profile came from: ``--profile``, ``Emulator.Profile in job.json`` or ``default``.
+    profile_from: str = "default"
 
     @property
     def request(self) -> JobRequest:
@@ -138,24 +150,42 @@ def check_document(document: Any) -> dict[str, Any]:
     for key in ("AlgorithmSpecification", "ResourceConfig"):
         if not isinstance(document.get(key), dict):
             raise RequestError(key, "missing: SOURCE is not a DescribeTrainingJob document", allowed=allowed)
+    if not isinstance(document.get("TrainingJobStatus"), str):  # the outcome a replay is judged against
+        raise RequestError("TrainingJobStatus", "missing: SOURCE is not a DescribeTrainingJob document (the "
+                           "service model requires it, and the replay compares its own status with it)",
+                           allowed=allowed)
     return document
 
 
-def build(document: Any, options: Options, *, fetch_code: FetchCode | None = None) -> Replay:
+def recorded_profile(doc: Mapping[str, Any]) -> str | None:
+    """The profile an emulator ``job.json`` records (``Emulator.Profile``), else None."""
+    emulator = doc.get("Emulator")
+    profile = emulator.get("Profile") if isinstance(emulator, dict) else None
+    return profile if isinstance(profile, str) and profile else None
+
+
+def build(document: Any, options: Options, *, fetch_code: FetchCode | None = None,
+          fetch_prefix: FetchPrefix | None = None) -> Replay:
     """Map ``document`` with ``options`` and translate it; every refusal leaves nothing behind.
     The caller runs :meth:`Replay.cleanup` when done."""
     doc = check_document(document)
-    profiles.get(options.profile, field="--profile")
+    if options.profile is not None:
+        profiles.get(options.profile, field="--profile")
+    elif (recorded := recorded_profile(doc)) is not None:
+        profiles.get(recorded, field="Emulator.Profile")
+    if options.sample is not None and options.sample < 1:
+        raise RequestError("--sample", f"{options.sample}: not a positive number of objects", allowed="N >= 1")
     temp: list[Path] = []
     try:
-        return _build(doc, options, fetch_code, temp)
+        return _build(doc, options, fetch_code, fetch_prefix, temp)
     except BaseException:
         for folder in temp:
             shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
-def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, temp: list[Path]) -> Replay:
+def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, fetch_prefix: FetchPrefix | None,
+           temp: list[Path]) -> Replay:
     image, framework_version, py_version = training_image(doc, options.framework_version)
     create = {k: copy.deepcopy(doc[k]) for k in ECHOED if k in doc and k not in NOT_REPLAYED}
     create["TrainingJobName"] = options.job_name or replay_name(str(doc.get("TrainingJobName") or "job"))
@@ -167,7 +197,8 @@ def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, 
     code = _code(recorded_hps, v3, options.source_dir, fetch_code, temp)
     if code is not None:
         create["HyperParameters"] = {**recorded_hps, "sagemaker_submit_directory": json.dumps(code.local.as_uri())}
-    create["InputDataConfig"], channels = _channels(doc.get("InputDataConfig") or [], options.channels)
+    create["InputDataConfig"], channels = _channels(doc.get("InputDataConfig") or [], options.channels,
+                                                    sample=options.sample, fetch_prefix=fetch_prefix, temp=temp)
     create["ResourceConfig"], scaled = _resources(doc["ResourceConfig"], options.hosts)
     output = options.output_dir.expanduser().absolute()
     create["OutputDataConfig"] = {**(doc.get("OutputDataConfig") or {}), "S3OutputPath": output.as_uri()}
@@ -178,13 +209,16 @@ def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, 
     translated = from_create_training_job(create, region=region_of(doc), framework_version=framework_version,
                                           gpus_per_host=options.gpus_per_host or recorded_gpus(doc))
     temp += translated.temp_dirs
-    translated.request = replace(translated.request, hyperparameters=recorded_hps, profile=options.profile,
+    profile, profile_from = ((options.profile, "--profile") if options.profile is not None else
+                             (recorded, "Emulator.Profile in job.json") if (recorded := recorded_profile(doc)) else
+                             (profiles.EXACT, "default"))
+    translated.request = replace(translated.request, hyperparameters=recorded_hps, profile=profile,
                                  py_version=py_version)
     if py_version is not None:
         frameworks.select(framework_version, py_version)  # a py_version that version never had: refused
     return Replay(document=doc, create=create, translated=translated, code=code, channels=channels,
                   scaled=scaled, not_replayed=[(k, why) for k, why in NOT_REPLAYED.items() if doc.get(k)],
-                  dropped=sorted(k for k in doc if k not in ECHOED), temp_dirs=temp)
+                  dropped=sorted(k for k in doc if k not in ECHOED), temp_dirs=temp, profile_from=profile_from)
 
 
 def _recorded_framework(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,7 +340,14 @@ def _with_path(source: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return {"FileDataSource": {"FileUri": path.as_uri()}}
 
 
-def _channels(recorded: list[Any], given: Mapping[str, Path]) -> tuple[list[dict[str, Any]], list[Located]]:
+def _channels(recorded: list[Any], given: Mapping[str, Path], *, sample: int | None = None,
+              fetch_prefix: FetchPrefix | None = None,
+              temp: list[Path] | None = None) -> tuple[list[dict[str, Any]], list[Located]]:
+    """Each recorded channel with a local folder: ``--channel``, a local URI as recorded, or, with
+    ``fetch_prefix`` (AWS credentials), downloaded from its ``S3Prefix``: all of a v3 ``code`` or
+    ``sm_drivers`` channel when read by name, the first ``sample`` objects of any other with
+    ``--sample``. The channels still without a folder are refused together."""
+    temp = [] if temp is None else temp
     names = [str(c.get("ChannelName", "")) for c in recorded]
     extra = sorted(set(given) - set(names))
     if extra:
@@ -322,16 +363,43 @@ def _channels(recorded: list[Any], given: Mapping[str, Path]) -> tuple[list[dict
             place = Located(name, uri, Path(given[name]).expanduser().absolute(), "--channel")
         elif (local := _local(uri)) is not None:
             place = Located(name, uri, local, "as recorded")
+        elif (fetched := _download(name, source, sample, fetch_prefix, temp)) is not None:
+            place = fetched
         else:
             missing.append((name, uri))
             continue
         located.append(place)
         out.append({**spec, "DataSource": _with_path(source, place.local)})
     if missing:
+        hint = "" if fetch_prefix is not None else " (or --sample N with AWS credentials: the first N objects of " \
+            "each S3 prefix are downloaded)"
         raise RequestError("InputDataConfig", f"{len(missing)} channel(s) of the job have no folder: "
                            + "; ".join(f"{n} ({_what(n)}{uri or 'no location'})" for n, uri in missing),
-                           allowed=" ".join(f"--channel {n}=DIR" for n, _ in missing))
+                           allowed=" ".join(f"--channel {n}=DIR" for n, _ in missing) + hint)
     return out, located
+
+
+def _download(name: str, source: Mapping[str, Any], sample: int | None, fetch_prefix: FetchPrefix | None,
+              temp: list[Path]) -> Located | None:
+    """The channel downloaded from S3 (see :func:`_channels`), or None when it is not to be."""
+    s3 = source.get("S3DataSource")
+    if fetch_prefix is None or not isinstance(s3, dict) or not str(s3.get("S3Uri", "")).startswith("s3://"):
+        return None
+    if s3.get("S3DataType", "S3Prefix") != "S3Prefix":
+        return None  # a manifest names objects anywhere; its channel needs --channel
+    uri = str(s3["S3Uri"])
+    if name in (V3_CODE_CHANNEL, V3_DRIVERS_CHANNEL):
+        folder, count = fetch_prefix(uri, CODE_CHANNEL_MAX, temp)
+        how = f"downloaded: all {count} object(s)"
+    elif sample is not None:
+        folder, count = fetch_prefix(uri, sample, temp)
+        how = f"sampled: the first {count} object(s) under the prefix (--sample {sample})"
+    else:
+        return None
+    if count == 0:  # SageMaker fails such a job: no S3 objects found under the channel's URI
+        raise RequestError(f"InputDataConfig.{name}", f"no objects under {uri}",
+                           allowed=f"--channel {name}=DIR, or an S3 prefix that holds objects")
+    return Located(name, uri, folder, how)
 
 
 def _what(name: str) -> str:
@@ -352,4 +420,5 @@ def _resources(recorded: Mapping[str, Any], hosts: int | None) -> tuple[dict[str
 
 
 __all__ = ["ACCEPTED_NOT_EMULATED", "NOT_REPLAYED", "Located", "Options", "Replay", "build", "channel_uri",
-           "check_document", "recorded_gpus", "region_of", "replay_name", "source_code", "training_image"]
+           "check_document", "recorded_gpus", "recorded_profile", "region_of", "replay_name", "source_code",
+           "training_image"]

@@ -54,10 +54,13 @@ def before(replay: Replay, origin: str) -> list[str]:
     request = replay.request
     lines = [f"replay of {replay.recorded_name or '(unnamed job)'} ({origin}) as {request.job_name}",
              "  as recorded:", *(f"    {x}" for x in _as_recorded(replay))]
-    scaled = [*replay.scaled, *_gpus(replay)]
+    sampled = [c.name for c in replay.channels if c.how.startswith("sampled")]
+    scaled = [*replay.scaled, *_gpus(replay),
+              *([f"data: {', '.join(sampled)} sampled from S3 (--sample), not the whole channel"] if sampled else [])]
     lines += ["  scaled:", *(f"    {x}" for x in scaled)] if scaled else ["  scaled: nothing"]
     if replay.code is not None:
         lines.append(f"  code: {replay.code.recorded} → {replay.code.local} ({replay.code.how})")
+    lines.append(f"  profile: {request.profile} ({replay.profile_from})")
     lines.append("  channels:" if replay.channels else "  channels: none")
     lines += [f"    {c.name}: {c.recorded} → {c.local} ({c.how})" for c in replay.channels]
     output = (replay.document.get("OutputDataConfig") or {}).get("S3OutputPath")

@@ -4,9 +4,11 @@ A file is read as JSON (what ``aws sagemaker describe-training-job`` prints, ISO
 all, or the emulator's ``job.json``); a folder holding a ``job.json`` is read as that file. Any
 other SOURCE is a training job name or ARN, read with boto3's ``describe_training_job`` only when
 boto3's credential chain finds credentials (the region: the ARN's, else boto3's configured one).
-For such a job the code of an SDK v2 job (``sagemaker_submit_directory``, an ``s3://`` URI) can be
-downloaded with the same credentials. Nothing else is fetched from AWS: channels always come from
-``--channel`` folders.
+For such a job the code of an SDK v2 job (``sagemaker_submit_directory``, an ``s3://`` URI) and
+the ``code`` and ``sm_drivers`` channels of an SDK v3 job are downloaded with the same credentials.
+Data channels are downloaded only with ``--sample N`` (any SOURCE; it needs credentials too): the
+first N objects ``ListObjectsV2`` lists under each channel's ``S3Prefix``, laid out as SageMaker
+lays out a channel (:func:`emulator.sdk.s3.channel_name`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from urllib.parse import urlparse
 
 from ..errors import RequestError
 from ..job.request import JOB_NAME_RE
-from .mapping import FetchCode
+from ..sdk.s3 import channel_name, split_s3
+from .mapping import FetchCode, FetchPrefix
 
 JOB_FILE = "job.json"
 ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):\d{12}:training-job/(?P<name>[^/]+)$")
@@ -37,6 +40,7 @@ class Source:
     document: Any
     origin: str
     fetch_code: FetchCode | None = None
+    fetch_prefix: FetchPrefix | None = None
 
 
 def load(source: str) -> Source:
@@ -69,18 +73,24 @@ def needs(name: str) -> str:
             f"`aws sagemaker describe-training-job --training-job-name {name} > job.json` and pass job.json")
 
 
-def by_name(name: str, region: str | None) -> Source:
-    """DescribeTrainingJob ``name`` with boto3, refused without credentials."""
+def _session(region: str | None, field: str, why: str, allowed: str) -> Any:
+    """A boto3 session with credentials, else a :class:`RequestError` on ``field``."""
     try:
         import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
-        raise RequestError("SOURCE", f"{name!r} is not a file; reading a job by name needs boto3",
-                           allowed=needs(name)) from None
+        raise RequestError(field, f"{why} needs boto3", allowed=allowed) from None
     session = boto3.Session(region_name=region) if region else boto3.Session()
     if session.get_credentials() is None:
-        raise RequestError("SOURCE", f"{name!r} is not a file, so it is read as a training job with "
-                           "DescribeTrainingJob, which needs AWS credentials: boto3 found none", allowed=needs(name))
+        raise RequestError(field, f"{why} needs AWS credentials: boto3 found none", allowed=allowed)
+    return session
+
+
+def by_name(name: str, region: str | None) -> Source:
+    """DescribeTrainingJob ``name`` with boto3, refused without credentials."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = _session(region, "SOURCE", f"{name!r} is not a file, so it is read as a training job with "
+                       "DescribeTrainingJob, which", needs(name))
     region = region or session.region_name
     if not region:
         raise RequestError("SOURCE", f"no AWS region to read training job {name!r} in",
@@ -94,7 +104,61 @@ def by_name(name: str, region: str | None) -> Source:
     def fetch_code(uri: str, temp: list[Path]) -> Path:
         return download(session, region, uri, temp)
 
-    return Source(jsonable(found), origin=f"DescribeTrainingJob {name} ({region}, boto3)", fetch_code=fetch_code)
+    return Source(jsonable(found), origin=f"DescribeTrainingJob {name} ({region}, boto3)", fetch_code=fetch_code,
+                  fetch_prefix=prefix_fetcher(session, region))
+
+
+def sampler(region: str) -> FetchPrefix:
+    """``--sample`` for a SOURCE that is a file: S3 downloads in ``region``, refused without
+    credentials when a channel is to be downloaded (not before: ``--channel`` may cover them all)."""
+    def fetch_prefix(uri: str, limit: int | None, temp: list[Path]) -> tuple[Path, int]:
+        session = _session(region, "--sample", "downloading channel data from S3",
+                           "AWS credentials boto3 finds, or a --channel NAME=DIR folder for each channel")
+        return download_prefix(session, region, uri, limit, temp)
+
+    return fetch_prefix
+
+
+def prefix_fetcher(session: Any, region: str) -> FetchPrefix:
+    """Downloads the first N objects under an S3 prefix with ``session`` (see :func:`download_prefix`)."""
+    def fetch_prefix(uri: str, limit: int | None, temp: list[Path]) -> tuple[Path, int]:
+        return download_prefix(session, region, uri, limit, temp)
+
+    return fetch_prefix
+
+
+def download_prefix(session: Any, region: str, uri: str, limit: int | None,
+                    temp: list[Path]) -> tuple[Path, int]:
+    """Download the first ``limit`` objects (None: all) ``ListObjectsV2`` lists under the prefix
+    ``uri`` (in its order: by key, UTF-8 bytes), without "folder" markers, into a new temp folder
+    (added to ``temp``), each at the path SageMaker gives it in the channel; return the folder and
+    how many objects it holds."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, prefix = split_s3(uri)
+    folder = Path(tempfile.mkdtemp(prefix="sm-emulator-replay-data-"))
+    temp.append(folder)
+    client = session.client("s3", region_name=region)
+    count = 0
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                if key.endswith("/"):
+                    continue
+                if limit is not None and count >= limit:
+                    return folder, count
+                target = (folder / channel_name(prefix, key)).resolve()
+                if not target.is_relative_to(folder.resolve()):
+                    raise RequestError("InputDataConfig", f"s3://{bucket}/{key} would land outside its channel",
+                                       allowed="keys without '..' segments")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(bucket, key, str(target))
+                count += 1
+    except (BotoCoreError, ClientError) as exc:
+        raise RequestError("InputDataConfig", f"cannot download {uri} ({exc})",
+                           allowed="a --channel NAME=DIR folder for the channel") from None
+    return folder, count
 
 
 def download(session: Any, region: str, uri: str, temp: list[Path]) -> Path:
@@ -125,4 +189,4 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["JOB_FILE", "Source", "by_name", "jsonable", "load", "read_json"]
+__all__ = ["JOB_FILE", "Source", "by_name", "download_prefix", "jsonable", "load", "read_json", "sampler"]

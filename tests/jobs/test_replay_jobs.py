@@ -3,7 +3,8 @@
 passes in a fresh pytest run.
 
 One recorded job (2 hosts, ``torch_distributed``, rank 1 fails with a clear error) made by
-``python -m emulator run``, shared by the module; the replays run in the ``ci`` profile.
+``python -m emulator run``, shared by the module; the replays run in the ``ci`` profile, the one
+the job's ``job.json`` records.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def replayed(recorded: dict[str, Any]) -> dict[str, Any]:
     root = recorded["root"]
+    # no --profile: the recorded job ran with --profile ci, which its job.json records (Emulator.Profile)
     done = emulator("replay", str(recorded["job"]), "--source-dir", str(root / "src"),
-                    "--output-dir", str(root / "replay-out"), "--profile", "ci", "--backend", "process")
+                    "--output-dir", str(root / "replay-out"), "--backend", "process")
     jobs = list((root / "replay-out").glob(f"{NAME}-replay-*/job.json"))
     return {"done": done, "document": json.loads(jobs[0].read_text()) if len(jobs) == 1 else None}
 
@@ -73,6 +75,8 @@ def test_the_replay_fails_as_recorded(recorded: dict[str, Any], replayed: dict[s
     assert report.index("replay of") < report.index("FailureReason:")  # … and the outcome after the summary
     assert "reproduced: Failed as recorded, and the FailureReason's first line matches" in report
     assert "exit 0: replay exits 0 iff" in report
+    assert recorded["document"]["Emulator"]["Profile"] == "ci"  # what JOB_FLAGS asked for
+    assert document["Emulator"]["Profile"] == "ci" and "profile: ci (Emulator.Profile in job.json)" in report
 
 
 def _plan(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:

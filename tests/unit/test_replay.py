@@ -299,9 +299,13 @@ def test_a_file_that_is_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "SOURCE:" in refused([str(path), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
 
 
-@pytest.mark.parametrize("missing", ["AlgorithmSpecification", "ResourceConfig"])
+@pytest.mark.parametrize("missing", ["AlgorithmSpecification", "ResourceConfig", "TrainingJobStatus"])
 def test_a_document_that_is_no_describe_training_job(missing: str, v2: dict[str, Any], tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The two fields a replay maps, and TrainingJobStatus, which botocore's model requires of every
+    DescribeTrainingJobResponse and against which the replay is judged."""
+    if missing == "TrainingJobStatus":
+        assert missing in service_model().shape_for("DescribeTrainingJobResponse").required_members
     doc = {k: v for k, v in v2["document"].items() if k != missing}
     err = refused([str(write_doc(tmp_path, doc)), "--output-dir", str(tmp_path / "out")], capsys, tmp_path / "out")
     assert f"error: {missing}: missing" in err
@@ -365,6 +369,31 @@ def test_a_good_source_tar_is_taken(doc_file: Path, project: Path, tmp_path: Pat
     assert temp_listing() == before  # the extracted copy is gone
 
 
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_a_missing_or_corrupt_sourcedir_in_s3(damage: str, project: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A job read by name whose sourcedir.tar.gz (where the SDK uploaded it, moto's S3) is gone or
+    is no gzip'd tar: refused naming sagemaker_submit_directory, the download removed."""
+    import boto3
+
+    moto = import_or_skip("moto")
+    out = tmp_path / "out"
+    with moto.mock_aws():
+        name, sent = launch_v2(project / "src")
+        bucket, _, key = json.loads(sent["HyperParameters"]["sagemaker_submit_directory"])[5:].partition("/")
+        s3 = boto3.client("s3", region_name=REGION)
+        if damage == "deleted":
+            s3.delete_object(Bucket=bucket, Key=key)
+        else:
+            s3.put_object(Bucket=bucket, Key=key, Body=b"\x1f\x8b\x08\x00 this is no gzip stream")
+        capsys.readouterr()
+        arn = f"arn:aws:sagemaker:{REGION}:123456789012:training-job/{name}"
+        err = refused([arn, "--channel", f"training={project / 'train'}", "--channel", f"validation={project / 'val'}",
+                       "--output-dir", str(out)], capsys, out)
+    assert "error: HyperParameters.sagemaker_submit_directory: " in err
+    assert ("cannot download s3://" in err) if damage == "deleted" else ("not a readable .tar.gz" in err)
+
+
 def test_every_channel_still_needed_is_listed(doc_file: Path, project: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
@@ -396,14 +425,19 @@ def test_a_bad_host_count_is_the_translators_refusal(doc_file: Path, project: Pa
     assert "error: ResourceConfig.InstanceCount: " in err
 
 
-def test_a_name_without_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """boto3's credential chain finds nothing: no AWS_* variables, no files, no instance metadata."""
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_a_name_without_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    no_credentials(monkeypatch, tmp_path)
     out = tmp_path / "out"
     err = refused(["pytorch-training-2026-12-04-17-50-20-515", "--output-dir", str(out)], capsys, out)
     assert "error: SOURCE: " in err and "AWS credentials" in err
@@ -458,3 +492,111 @@ def test_a_bad_profile(doc_file: Path, project: Path, tmp_path: Path, capsys: py
     out = tmp_path / "out"
     assert "error: --profile: unknown profile" in refused([str(doc_file), *flags(project, out, "--profile", "fast")],
                                                           capsys, out)
+
+
+# -- profile and channel data ----------------------------------------------------------------------
+def test_the_profile_an_emulator_job_json_records_is_the_default(v2: dict[str, Any], project: Path,
+                                                                tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``Emulator.Profile`` (what ``emulator.description`` writes) is run again unless ``--profile``
+    says otherwise; an unknown recorded profile is refused naming that field."""
+    from emulator.replay import Options, prepare
+
+    doc = {**copy.deepcopy(v2["document"]), "Emulator": {"Profile": "ci"}}
+    where = dict(source_dir=project / "src", channels={"training": project / "train", "validation": project / "val"},
+                 output_dir=tmp_path / "out")
+    with prepare(doc, Options(**where)) as replay:
+        assert replay.request.profile == "ci" and replay.profile_from == "Emulator.Profile in job.json"
+    with prepare(doc, Options(**where, profile="exact")) as replay:
+        assert replay.request.profile == "exact" and replay.profile_from == "--profile"
+    with prepare(v2["document"], Options(**where)) as replay:  # a DescribeTrainingJob from AWS: no Emulator
+        assert replay.request.profile == "exact" and replay.profile_from == "default"
+    out = tmp_path / "out"
+    path = write_doc(tmp_path, {**doc, "Emulator": {"Profile": "fast"}})
+    assert "error: Emulator.Profile: unknown profile" in refused([str(path), *flags(project, out)], capsys, out)
+
+
+#: Objects under the two channel prefixes, put in an order that is not the listing order; S3's
+#: ListObjectsV2 lists keys in UTF-8 binary order (AWS S3 API reference, ListObjectsV2), so the
+#: first two under ``train/`` are ``a.csv`` and ``b.csv``. A channel's files keep their path below
+#: the prefix (the SageMaker layout ``emulator.sdk.s3.channel_name`` documents).
+OBJECTS = {"train/sub/c.csv": "3\n", "train/b.csv": "2\n", "train/a.csv": "1\n", "train/": "",
+           "val/x.csv": "9\n"}
+
+
+def put_objects(objects: dict[str, str]) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", region_name=REGION)
+    for key, body in objects.items():
+        s3.put_object(Bucket=DATA_BUCKET, Key=key, Body=body.encode())
+
+
+def files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_sample_downloads_the_first_objects_of_each_prefix(project: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--sample N`` with credentials (moto's S3): each channel without a folder gets the first N
+    objects under its prefix, "folder" markers skipped; all goes when the replay ends."""
+    moto = import_or_skip("moto")
+    from emulator.replay import Options, prepare
+    from emulator.replay.source import sampler
+
+    out = tmp_path / "out"
+    with moto.mock_aws():
+        name, _ = launch_v2(project / "src")
+        put_objects(OBJECTS)
+        document = describe(name)
+        before = temp_listing()
+        with prepare(document, Options(source_dir=project / "src", sample=2, output_dir=out),
+                     fetch_prefix=sampler(REGION)) as replay:
+            local = {c.name: c.local for c in replay.channels}
+            assert files(local["training"]) == {"a.csv": "1\n", "b.csv": "2\n"}
+            assert files(local["validation"]) == {"x.csv": "9\n"}
+            assert {c.name: c.recorded for c in replay.channels} == {
+                "training": f"s3://{DATA_BUCKET}/train/", "validation": f"s3://{DATA_BUCKET}/val/"}
+        assert temp_listing() == before
+        with prepare(document, Options(source_dir=project / "src", sample=5, output_dir=out,
+                                       channels={"validation": project / "val"}),
+                     fetch_prefix=sampler(REGION)) as replay:
+            local = {c.name: c.local for c in replay.channels}
+            assert files(local["training"]) == {"a.csv": "1\n", "b.csv": "2\n", "sub/c.csv": "3\n"}
+            assert local["validation"] == project / "val"  # --channel wins over --sample
+        capsys.readouterr()
+        path = write_doc(tmp_path, document)
+        emitted = tmp_path / "test_emitted.py"
+        assert main(["replay", str(path), "--plan", "--sample", "1", "--source-dir", str(project / "src"),
+                     "--output-dir", str(out), "--backend", "process", "--emit-pytest", str(emitted)]) == 0
+        err = capsys.readouterr().err
+        assert temp_listing() == before and not out.exists()
+        namespace: dict[str, Any] = {}  # the emitted test keeps its own copy of the sampled data
+        exec(compile(emitted.read_text(), str(emitted), "exec"), namespace)
+        kept = tmp_path / "test_emitted.channels"
+        assert namespace["CHANNELS"] == {"training": str(kept / "training"), "validation": str(kept / "validation")}
+        assert files(kept) == {"training/a.csv": "1\n", "validation/x.csv": "9\n"}
+        assert f"training: s3://{DATA_BUCKET}/train/ → " in err
+        assert "(sampled: the first 1 object(s) under the prefix (--sample 1))" in err
+        assert "data: training, validation sampled from S3 (--sample), not the whole channel" in err
+        # an empty prefix: SageMaker fails the job (no objects under the channel's URI); refused here
+        empty = copy.deepcopy(document)
+        empty["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"] = f"s3://{DATA_BUCKET}/nothing/"
+        err = refused([str(write_doc(tmp_path, empty, "empty.json")), "--sample", "1", "--source-dir",
+                       str(project / "src"), "--output-dir", str(out)], capsys, out)
+        assert f"error: InputDataConfig.validation: no objects under s3://{DATA_BUCKET}/nothing/" in err
+
+
+def test_sample_without_credentials_is_refused(v2: dict[str, Any], project: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    no_credentials(monkeypatch, tmp_path)
+    out = tmp_path / "out"
+    path = write_doc(tmp_path, v2["document"])
+    err = refused([str(path), "--sample", "3", "--source-dir", str(project / "src"), "--output-dir", str(out)],
+                  capsys, out)
+    assert "error: --sample: downloading channel data from S3 needs AWS credentials" in err
+    err = refused([str(path), "--source-dir", str(project / "src"), "--output-dir", str(out)], capsys, out)
+    assert "error: InputDataConfig: 2 channel(s) of the job have no folder" in err and "--sample N" in err
+    err = refused([str(path), "--sample", "0", *flags(project, out)], capsys, out)
+    assert "error: --sample: 0: not a positive number" in err
