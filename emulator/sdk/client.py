@@ -38,6 +38,7 @@ from ..job.result import JobResult, iso
 from .cwmetrics import publish as publish_metrics
 from .redirect import FRAMEWORK_VAR
 from .s3 import INTERNAL, S3Store, default_store
+from .service_errors import client_error
 from .translate import Translated, from_create_training_job
 from .tuning_jobs import TuningJobs
 
@@ -57,12 +58,6 @@ FLAG_DEFAULTS = {"EnableNetworkIsolation": False, "EnableInterContainerTrafficEn
                  "EnableManagedSpotTraining": False}
 #: DescribeTrainingJob fields that boto3 returns as datetimes.
 TIME_FIELDS = ("CreationTime", "TrainingStartTime", "TrainingEndTime", "LastModifiedTime")
-
-
-def client_error(code: str, message: str, operation: str) -> Exception:
-    from botocore.exceptions import ClientError
-
-    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
 
 
 @dataclass

@@ -35,15 +35,40 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RequestError
 from ..job.result import iso
 from . import tuning as T
+from .service_errors import client_error
 
 if TYPE_CHECKING:
-    from .client import EmulatorSageMakerClient
+    from .s3 import S3Store
+
+
+class TrainingJobClient(Protocol):
+    """What a tuning job uses of :class:`~emulator.sdk.client.EmulatorSageMakerClient`, which
+    imports this module (so this one names the client only through this protocol)."""
+
+    @property
+    def region(self) -> str: ...
+    @property
+    def store(self) -> S3Store: ...
+    @property
+    def store_account(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def gpus_per_host(self) -> int | None: ...
+    @property
+    def framework_version(self) -> str | None: ...
+    @property
+    def jobs(self) -> Mapping[str, Any]: ...
+    def arn(self, name: str) -> str: ...
+    def create_training_job(self, **create: Any) -> dict[str, Any]: ...
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, Any]: ...
 
 #: How often the tuning thread looks at its running training jobs.
 POLL = 0.2
@@ -106,7 +131,7 @@ def parallel_slots(max_parallel: int, *, cores: int, instances: int) -> int:
 class TuningJobs:
     """The tuning jobs of one :class:`~emulator.sdk.client.EmulatorSageMakerClient`."""
 
-    def __init__(self, client: EmulatorSageMakerClient, *, cores: int | None = None) -> None:
+    def __init__(self, client: TrainingJobClient, *, cores: int | None = None) -> None:
         self.client = client
         self.cores = cores or os.cpu_count() or 1
         self.jobs: dict[str, TuningJob] = {}
@@ -119,8 +144,6 @@ class TuningJobs:
 
     # CreateHyperParameterTuningJob -----------------------------------------------------------
     def create(self, create: dict[str, Any]) -> dict[str, Any]:
-        from .client import client_error
-
         name = create.get("HyperParameterTuningJobName", "")
         if isinstance(name, str) and name.lower() in {n.lower() for n in self.jobs}:
             raise client_error("ResourceInUse", f"Hyperparameter tuning job with name {name} already exists.",
@@ -247,8 +270,6 @@ class TuningJobs:
 
     # Describe / List / Stop ----------------------------------------------------------------
     def _get(self, name: str, operation: str) -> TuningJob:
-        from .client import client_error
-
         job = self.jobs.get(name)
         if job is None:
             raise client_error("ResourceNotFound", f"Amazon SageMaker can't find a tuning job named {name}",
@@ -320,9 +341,7 @@ class TuningJobs:
         operation = "ListTrainingJobsForHyperParameterTuningJob"
         job = self._get(HyperParameterTuningJobName, operation)
         if SortBy not in SORT_KEYS or SortOrder not in ("Ascending", "Descending") or not 1 <= MaxResults <= 100:
-            from .client import client_error
-
-            raise client_error("ValidationException", f"SortBy {SortBy!r}, SortOrder {SortOrder!r}, MaxResults "
+                raise client_error("ValidationException", f"SortBy {SortBy!r}, SortOrder {SortOrder!r}, MaxResults "
                                f"{MaxResults}: allowed {SORT_KEYS}, Ascending|Descending, 1-100", operation)
         trials = [t for t in job.trials if StatusEquals is None or t.status == StatusEquals]
         if SortBy == "FinalObjectiveMetricValue":  # "jobs that did not return an objective metric are not listed"
@@ -341,8 +360,6 @@ class TuningJobs:
         return out
 
     def stop(self, name: str) -> dict[str, Any]:
-        from .client import client_error
-
         job = self._get(name, "StopHyperParameterTuningJob")
         if job.done.is_set():
             raise client_error("ValidationException", f"The hyperparameter tuning job {name} is in status "
