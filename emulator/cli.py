@@ -2,7 +2,8 @@
 
 ``run`` and ``plan`` take the same flags (the stable contract other tools rely on). ``run`` exits
 0 if and only if the job Completed. ``replay`` runs a recorded job again from its DescribeTrainingJob
-(:mod:`emulator.replay`; exit 0 iff it ends with the recorded status).
+(:mod:`emulator.replay`; exit 0 iff it ends with the recorded status); ``plan SOURCE …`` (a first
+argument that is no option) is ``replay --plan SOURCE …`` (:data:`PLAN_FORMS`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,21 @@ from .errors import EmulatorError, RequestError, Terminated
 from .inhost.protocol import STOP_GRACE, scratch_prefix
 from .job.instance_types import DEFAULT_INSTANCE_TYPE
 from .job.profiles import EXACT
+
+#: ``plan``'s two forms, told apart by its first argument (:func:`plans_a_source`).
+PLAN_FORMS = ("Print the plan and the launch spec, exactly what starts; start nothing. Two forms, told apart by "
+              "the first argument. `plan SOURCE [OPTIONS]`: SOURCE first (a DescribeTrainingJob JSON file, an "
+              "emulator job.json or job folder, or a job name or ARN), read as `replay` reads it, with replay's "
+              "options but --plan (implied), --emit-pytest and --quiet (`plan SOURCE --help` lists them); it prints "
+              "exactly what `replay --plan SOURCE [OPTIONS]` prints. `plan --entry-point FILE [job flags]`, below: "
+              "what `run` with the same flags starts. A first argument that is no option is always SOURCE (this "
+              "form has none): a training script there is refused (it is not JSON), never planned.")
+
+
+def plans_a_source(argv: Sequence[str]) -> bool:
+    """``plan SOURCE …`` (``replay --plan``'s code path): ``plan``'s first argument is no option. The
+    other form, ``plan --entry-point FILE …``, has no positional argument, so it never starts with one."""
+    return len(argv) > 1 and argv[0] == "plan" and not argv[1].startswith("-")
 
 
 def _kv(values: Sequence[str], field: str) -> dict[str, str]:
@@ -151,7 +167,8 @@ def parser() -> argparse.ArgumentParser:
                      help="inject a fault, e.g. kill:algo-2:SIGKILL@5s, freeze:algo-2@log=/epoch 2/, spot@10s "
                           "(see emulator/diagnostics/faults.py)")
     run.add_argument("--quiet", action="store_true", help="no live host logs, only the summary")
-    plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run starts); start nothing")
+    plan = sub.add_parser("plan", help="print the plan and the launch spec (exactly what run, or replay of SOURCE, "
+                                       "starts); start nothing", description=PLAN_FORMS)
     _job_flags(plan)
     reap = sub.add_parser("reap", help="remove kept hosts, and what emulator processes that are gone left behind")
     reap.add_argument("job_dir", metavar="JOB_DIR", nargs="?",
@@ -241,8 +258,8 @@ def _ended(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] in (["cache"], ["replay"]):  # own options and --help (backends/store.py, replay/command.py)
-        from .backends import run_tool
+    if given[:1] in (["cache"], ["replay"]) or plans_a_source(given):  # own options and --help
+        from .backends import run_tool  # (backends/store.py, replay/command.py)
 
         try:
             return run_tool(given[0], given[1:])

@@ -32,14 +32,17 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-#: The commands with their own modules, by name: their module's ``main(argv) -> int`` (loaded by name,
-#: so ``replay``, which uses the CLI's ``plan_document``, is no import of the CLI's).
-TOOLS = {"doctor": "emulator.backends.doctor", "cache": "emulator.backends.store", "replay": "emulator.replay.command"}
+#: The commands with their own modules, by name: ``module`` (its ``main(argv) -> int``) or
+#: ``module:function`` (loaded by name, so ``replay``, which uses the CLI's ``plan_document``, is no
+#: import of the CLI's). ``plan`` is ``plan SOURCE …`` only: ``replay --plan``'s code path.
+TOOLS = {"doctor": "emulator.backends.doctor", "cache": "emulator.backends.store", "replay": "emulator.replay.command",
+         "plan": "emulator.replay.command:plan"}
 
 
 def run_tool(name: str, argv: Sequence[str] = ()) -> int:
-    """``python -m emulator doctor|cache|replay …`` (:data:`TOOLS`), loaded by name as the backends are:
-    which backends can run here (:mod:`.doctor`), what the emulator keeps here (:mod:`.store`), and a
-    recorded job run again (:mod:`emulator.replay`)."""
-    main: Callable[[Sequence[str]], int] = importlib.import_module(TOOLS[name]).main
+    """``python -m emulator doctor|cache|replay|plan SOURCE …`` (:data:`TOOLS`), loaded by name as the
+    backends are: which backends can run here (:mod:`.doctor`), what the emulator keeps here
+    (:mod:`.store`), and a recorded job run again or planned (:mod:`emulator.replay.command`)."""
+    module, _, function = TOOLS[name].partition(":")
+    main: Callable[[Sequence[str]], int] = getattr(importlib.import_module(module), function or "main")
     return main(argv)

@@ -8,7 +8,8 @@ an SDK launch of that request runs (:mod:`.mapping`): same image (framework), hy
 for byte, environment, stopping condition, checkpoint local path, resource config (``--hosts``
 scales a homogeneous job); the code and channels come from local folders. A report before start
 and the recorded outcome beside the replay's at the end (:mod:`.report`); ``--plan`` prints what
-would run, ``--emit-pytest`` writes a regression test (:mod:`.emit`).
+would run (as ``python -m emulator plan SOURCE`` does, the same code), ``--emit-pytest``
+writes a regression test (:mod:`.emit`).
 
 Not replayed: VPC, Debugger, Profiler, TensorBoard, Experiments, remote debugging and health-check
 configs (reported); the effects of managed spot, retries, network isolation and traffic

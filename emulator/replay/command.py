@@ -1,4 +1,5 @@
-"""``python -m emulator replay SOURCE …``: the command line (routed by :func:`emulator.backends.run_tool`).
+"""``python -m emulator replay SOURCE …`` and ``plan SOURCE …``: the command line (routed by
+:func:`emulator.backends.run_tool`). ``plan SOURCE …`` is ``replay --plan SOURCE …`` (one code path).
 
 Exit status: 0 iff the replay's ``TrainingJobStatus`` equals the recorded one (``--plan`` and
 ``--emit-pytest``: 0 once printed or written, nothing started); 1 when they differ; 2 for bad
@@ -24,11 +25,44 @@ from . import emit, prepare, report
 from .mapping import Options, Replay, check_document, region_of
 from .source import load, sampler
 
+#: What ``plan SOURCE`` prints, and which arguments it takes (:func:`plan`).
+PLAN_DESCRIPTION = ("Print what `replay --plan SOURCE` prints for the same arguments: the replay report "
+                    "(stderr) and the plan and launch spec (stdout, as `plan --entry-point` prints them); "
+                    "start nothing. SOURCE comes first (`plan`'s other form, `plan --entry-point FILE …`, "
+                    "has no positional argument, so nothing is guessed from a file's name or content): it is "
+                    "read exactly as `replay` reads it.")
+
+PLAN_USAGE = ("%(prog)s SOURCE [--source-dir DIR_OR_TAR] [--channel NAME=PATH ...] [--sample N] [--hosts N] "
+              "[--gpus-per-host K] [--backend auto|process|docker] [--output-dir DIR] [--profile exact|ci] "
+              "[--framework-version V]")
+
 
 def parser() -> argparse.ArgumentParser:
+    """``replay``'s arguments: SOURCE, what the replay of it runs (:func:`_source_flags`), and what
+    replay does instead of running (``--plan``, ``--emit-pytest``) or while running (``--quiet``)."""
     p = argparse.ArgumentParser(prog="python -m emulator replay",
                                 description="Run a recorded SageMaker training job again on emulated hosts; "
                                             f"{report.RULE}.")
+    _source_flags(p)
+    p.add_argument("--plan", action="store_true", help="print the report (stderr) and the plan (stdout, as `plan` "
+                                                       "prints it); start nothing (the same as `plan SOURCE …`)")
+    p.add_argument("--emit-pytest", metavar="FILE", help="write a pytest module that replays the job and asserts "
+                                                         "the recorded outcome; start nothing")
+    p.add_argument("--quiet", action="store_true", help="no live host logs")
+    return p
+
+
+def plan_parser() -> argparse.ArgumentParser:
+    """``plan SOURCE``'s arguments: ``replay``'s, less those that do something other than plan
+    (``--emit-pytest`` writes a file, ``--quiet`` quiets a run), with ``--plan`` implied."""
+    p = argparse.ArgumentParser(prog="python -m emulator plan", description=PLAN_DESCRIPTION, usage=PLAN_USAGE)
+    _source_flags(p)
+    p.set_defaults(plan=True, emit_pytest=None, quiet=False)
+    return p
+
+
+def _source_flags(p: argparse.ArgumentParser) -> None:
+    """SOURCE and the options that decide what its replay runs (``replay`` and ``plan SOURCE``)."""
     p.add_argument("source", metavar="SOURCE",
                    help="a DescribeTrainingJob JSON file (aws sagemaker describe-training-job --training-job-name "
                         "NAME > job.json), an emulator job.json or job folder, or a job name or ARN (read with "
@@ -44,17 +78,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs per host than the instance type has")
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=[AUTO, *BACKENDS])
     p.add_argument("--output-dir", default="./replay-out", help="the replay's job folder goes here")
-    p.add_argument("--plan", action="store_true", help="print the report (stderr) and the plan (stdout, as `plan` "
-                                                       "prints it); start nothing")
-    p.add_argument("--emit-pytest", metavar="FILE", help="write a pytest module that replays the job and asserts "
-                                                         "the recorded outcome; start nothing")
     p.add_argument("--profile", metavar="exact|ci",
                    help=f"exact or ci (see README, Profiles); default: the profile an emulator job.json records, "
                         f"else {EXACT}")
     p.add_argument("--framework-version", help="run this framework instead of the one TrainingImage names "
                                                "('current': this machine's torch)")
-    p.add_argument("--quiet", action="store_true", help="no live host logs")
-    return p
 
 
 def channels(values: Sequence[str]) -> dict[str, Path]:
@@ -74,7 +102,17 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    args = parser().parse_args(list(argv))
+    """``python -m emulator replay …``."""
+    return _guarded(parser().parse_args(list(argv)))
+
+
+def plan(argv: Sequence[str] = ()) -> int:
+    """``python -m emulator plan SOURCE …``: ``replay --plan SOURCE …``, the same code path."""
+    return _guarded(plan_parser().parse_args(list(argv)))
+
+
+def _guarded(args: argparse.Namespace) -> int:
+    """:func:`_main`, with replay's exit statuses for an emulator error, SIGTERM and Ctrl-C."""
     try:
         return _main(args)
     except EmulatorError as exc:
@@ -129,4 +167,4 @@ def _say(lines: Sequence[str], stream: TextIO) -> None:
     stream.flush()
 
 
-__all__ = ["main", "parser"]
+__all__ = ["main", "parser", "plan", "plan_parser"]

@@ -65,7 +65,8 @@ def read_json(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise RequestError("SOURCE", f"{path} cannot be read ({exc})", allowed=FILE_ALLOWED) from None
     except ValueError as exc:
-        raise RequestError("SOURCE", f"{path} is not JSON ({exc})", allowed=FILE_ALLOWED) from None
+        script = " (a training script? `run` and `plan` take one as --entry-point)" if path.suffix == ".py" else ""
+        raise RequestError("SOURCE", f"{path} is not JSON ({exc}){script}", allowed=FILE_ALLOWED) from None
 
 
 def needs(name: str) -> str:

@@ -129,10 +129,10 @@ def temp_listing() -> set[str]:
     return set(os.listdir(tempfile.gettempdir()))
 
 
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str], out: Path) -> str:
-    """Run ``replay argv``; assert exit 2, nothing new in the temp dir and no output dir; return stderr."""
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], out: Path, command: str = "replay") -> str:
+    """Run ``command argv``; assert exit 2, nothing new in the temp dir and no output dir; return stderr."""
     before = temp_listing()
-    assert main(["replay", *argv]) == 2
+    assert main([command, *argv]) == 2
     err = capsys.readouterr().err
     assert temp_listing() == before, err
     assert not out.exists(), err
@@ -600,3 +600,125 @@ def test_sample_without_credentials_is_refused(v2: dict[str, Any], project: Path
     assert "error: InputDataConfig: 2 channel(s) of the job have no folder" in err and "--sample N" in err
     err = refused([str(path), "--sample", "0", *flags(project, out)], capsys, out)
     assert "error: --sample: 0: not a positive number" in err
+
+
+# -- plan SOURCE: replay --plan's output, the same code path ---------------------------------------------------
+@pytest.fixture
+def fixed_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every replay gets the name a replay at one fixed time gets, so that two runs print the same."""
+    from emulator.replay import mapping
+
+    named = mapping.replay_name
+    monkeypatch.setattr(mapping, "replay_name", lambda recorded, now=None: named(recorded, 1_796_000_000.0))
+
+
+def printed(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``python -m emulator argv``; asserts it left nothing in the temp dir."""
+    before = temp_listing()
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert temp_listing() == before, captured.err
+    return status, captured.out, captured.err
+
+
+def assert_plan_is_replay_plan(source: Path, given: list[str], capsys: pytest.CaptureFixture[str],
+                               out: Path) -> dict[str, Any]:
+    """``plan SOURCE given`` prints, on both streams, what ``replay SOURCE --plan given`` prints (the
+    oracle: plan's contract is replay --plan's output); neither writes the output dir. The plan."""
+    replayed = printed(["replay", str(source), "--plan", *given], capsys)
+    planned = printed(["plan", str(source), *given], capsys)
+    assert replayed[0] == 0, replayed[2]
+    assert planned == replayed
+    assert not out.exists()
+    plan: dict[str, Any] = json.loads(planned[1])
+    return plan
+
+
+def test_plan_of_a_describe_training_job_file_is_replay_plan(doc_file: Path, project: Path, tmp_path: Path,
+                                                             v2: dict[str, Any], fixed_names: None,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    plan = assert_plan_is_replay_plan(doc_file, flags(project, out, "--hosts", "2", "--gpus-per-host", "1"),
+                                      capsys, out)
+    assert plan["request"]["HyperParameters"] == v2["sent"]["HyperParameters"]  # it is the replay's plan
+    assert [h["name"] for h in plan["launch"]["hosts"]] == ["algo-1", "algo-2"]
+
+
+def test_plan_of_an_emulator_job_json_and_its_folder_is_replay_plan(v2: dict[str, Any], project: Path,
+                                                                    tmp_path: Path, fixed_names: None,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The emulator's job.json (its ``Emulator`` object records the profile), as a file and as its
+    job folder, and with ``--profile`` overriding the recorded one."""
+    folder = tmp_path / "recorded-job"
+    folder.mkdir()
+    job = write_doc(folder, {**copy.deepcopy(v2["document"]), "Emulator": {"Profile": "ci"}}, "job.json")
+    out = tmp_path / "out"
+    for source in (job, folder):
+        plan = assert_plan_is_replay_plan(source, flags(project, out), capsys, out)
+        assert plan["request"]["TrainingJobName"].startswith(v2["document"]["TrainingJobName"] + "-replay-")
+    assert_plan_is_replay_plan(job, flags(project, out, "--profile", "exact"), capsys, out)
+
+
+def test_plan_of_an_entry_point_is_unchanged(project: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan --entry-point …`` prints ``plan_document`` of the request the Python API makes of the
+    same values, whatever the option order; a script given as SOURCE is refused, never planned."""
+    from emulator.cli import plan_document
+    from emulator.job import request as rq
+
+    out, script = tmp_path / "out", project / "src" / "train.py"
+    request = rq.create(entry_point=str(script), instance_count=2, channels={"training": str(project / "train")},
+                        output_path=out, job_name="plan-entry-point")
+    expected = json.dumps(plan_document(request, "process"), indent=2, default=str) + "\n"
+    given = ["--entry-point", str(script), "--hosts", "2", "--channel", f"training={project / 'train'}",
+             "--output-dir", str(out), "--job-name", "plan-entry-point", "--backend", "process"]
+    assert printed(["plan", *given], capsys) == (0, expected, "")
+    assert printed(["plan", *given[2:], *given[:2]], capsys) == (0, expected, "")
+    assert not out.exists()
+    err = refused([str(script), "--output-dir", str(out)], capsys, out, command="plan")
+    assert "error: SOURCE: " in err and "not JSON" in err and "--entry-point" in err
+
+
+@pytest.mark.parametrize("bad", ["not a DescribeTrainingJob", "a list", "not JSON", "a name without credentials",
+                                 "a folder without job.json", "a channel without a folder"])
+def test_plan_refuses_a_source_as_replay_plan_does(bad: str, v2: dict[str, Any], project: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2, the same message (the field named), nothing left behind, for ``plan`` and ``replay --plan``."""
+    out = tmp_path / "out"
+    given = flags(project, out)
+    if bad == "not a DescribeTrainingJob":
+        source = str(write_doc(tmp_path, {k: v for k, v in v2["document"].items() if k != "AlgorithmSpecification"}))
+    elif bad == "a list":
+        source = str(write_doc(tmp_path, [v2["document"]]))
+    elif bad == "not JSON":
+        source = str(tmp_path / "job.json")
+        Path(source).write_text("{not json")
+    elif bad == "a name without credentials":
+        no_credentials(monkeypatch, tmp_path)
+        source = "pytorch-training-2026-12-04-17-50-20-515"
+    elif bad == "a folder without job.json":
+        source = str(tmp_path / "empty")
+        Path(source).mkdir()
+    else:
+        source = str(write_doc(tmp_path, v2["document"]))
+        given = ["--source-dir", str(project / "src"), "--output-dir", str(out), "--backend", "process"]
+    err = refused([source, *given], capsys, out, command="plan")
+    assert err == refused([source, "--plan", *given], capsys, out)
+    field = {"not a DescribeTrainingJob": "AlgorithmSpecification", "a channel without a folder": "InputDataConfig"}
+    assert err.startswith(f"error: {field.get(bad, 'SOURCE')}: "), err
+    if bad == "a name without credentials":
+        assert "AWS credentials" in err
+
+
+def test_plan_source_takes_only_what_plans(doc_file: Path, project: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--emit-pytest`` (writes a file) and ``--quiet`` (quiets a run) are replay's, not plan's: refused
+    by the parser (exit 2), nothing written; so is a SOURCE with ``--entry-point``."""
+    out = tmp_path / "out"
+    for extra in (["--emit-pytest", str(tmp_path / "test_x.py")], ["--quiet"], ["--entry-point", "train.py"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["plan", str(doc_file), *flags(project, out), *extra])
+        assert exited.value.code == 2
+        assert f"unrecognized arguments: {extra[0]}" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "test_x.py").exists()
