@@ -14,8 +14,6 @@ profile, this machine's torch): by name inside moto (code downloaded, channel sa
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -26,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from emulator.cli import main
-
 from ..conftest import import_or_skip, require_mpi
+from ..replay_support import replay_in_process as _replay
+from ..replay_support import replayed_job as _job
 from ..unit.test_replay import assert_describe_shape, describe
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("replay_moto")]
@@ -49,19 +47,6 @@ RECORDED_REASON = ('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMe
                    '-m mpi4py train.py --epochs 2"')
 COMMON = ["--gpus-per-host", "1", "--framework-version", "current", "--profile", "ci", "--backend", "process",
           "--quiet"]
-
-
-def _replay(argv: list[str]) -> tuple[int, str]:
-    """``python -m emulator replay ARGV`` in this process (moto answers boto3 here); exit and stdout."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["replay", *argv])
-    return code, out.getvalue() + err.getvalue()
-
-
-def _job(root: Path) -> dict[str, Any] | None:
-    jobs = list(root.glob("*-replay-*/job.json"))
-    return json.loads(jobs[0].read_text()) if len(jobs) == 1 else None
 
 
 @pytest.fixture(scope="module")

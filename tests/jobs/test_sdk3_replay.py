@@ -13,8 +13,6 @@ by file in a fresh process without AWS (every channel a ``--channel`` folder).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -25,10 +23,11 @@ from typing import Any
 
 import pytest
 
-from emulator.cli import main
 from emulator.sdk.versions import installed_major
 
 from ..conftest import import_or_skip
+from ..replay_support import replay_in_process as _replay
+from ..replay_support import replayed_job as _job
 from ..unit.test_replay import assert_describe_shape, describe
 
 if installed_major() != 3:
@@ -59,18 +58,6 @@ def recorded_reason() -> str:
     code, traceback = execute_commands([sys.executable, "-c", "raise SystemExit(1)"])
     assert code == 1
     return "AlgorithmError: " + traceback
-
-
-def _replay(argv: list[str]) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["replay", *argv])
-    return code, out.getvalue() + err.getvalue()
-
-
-def _job(root: Path) -> dict[str, Any] | None:
-    jobs = list(root.glob("*-replay-*/job.json"))
-    return json.loads(jobs[0].read_text()) if len(jobs) == 1 else None
 
 
 def _download(s3: Any, uri: str, folder: Path) -> None:
