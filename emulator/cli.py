@@ -21,7 +21,7 @@ from .backends import AUTO, BACKENDS, DEFAULT_BACKEND
 from .errors import EmulatorError, RequestError, Terminated
 from .inhost.protocol import STOP_GRACE, scratch_prefix
 from .job.instance_types import DEFAULT_INSTANCE_TYPE
-from .job.profiles import EXACT
+from .job.profiles import PROFILE_VAR
 
 #: ``plan``'s two forms, told apart by its first argument (:func:`plans_a_source`).
 PLAN_FORMS = ("Print the plan and the launch spec, exactly what starts; start nothing. Two forms, told apart by "
@@ -100,9 +100,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fast-start", action="store_true",
                    help="start the toolkit, torchrun and the ranks that pass its checks from shared pre-imported "
                         "interpreters (process backend; a recorded deviation, see README)")
-    p.add_argument("--profile", default=EXACT, metavar="exact|ci",
-                   help="exact (default): every host as on SageMaker; ci: every speed-up that changes nothing a "
-                        "script can observe except time (see README, Performance)")
+    p.add_argument("--profile", default=None, metavar="exact|ci",
+                   help=f"exact (default, unless ${PROFILE_VAR} names another): every host as on SageMaker; ci: "
+                        "every speed-up that changes nothing a script can observe except time (see README, Profiles)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from emulator.inhost.protocol import proc_cmdline, proc_environ, proc_stat
+from emulator.job.profiles import CI, PROFILE_VAR
 
 OWNER_VAR = "SMEMU_TEST_OWNER"
 OWNER = str(os.getpid())
@@ -55,6 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # SDK launchers always name a DLC (framework_version or image_uri); the suite runs them with
     # today's torch unless a test asks otherwise (tests/jobs/test_framework_jobs.py does).
     os.environ.setdefault("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", "current")
+    # Jobs that choose no profile run in ``ci``, as the pytest fixture's do: it changes nothing a
+    # script can observe but time (tests/jobs/test_profiles_equivalence.py runs every distribution
+    # in both profiles and compares all of it) and saves each host the toolkit's ``import torch``,
+    # the MPI runners' 30-s sleeps and the timeline picture. A test of ``exact`` itself says so.
+    os.environ.setdefault(PROFILE_VAR, CI)
     original = tempfile.gettempdir()
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", original)
     private = tempfile.mkdtemp(prefix=f"smemu-tests-{OWNER}-", dir=original)

@@ -26,8 +26,10 @@ Each speed-up a job used is listed in ``job.json`` under ``Emulator.Deviations``
 ``fast_start=True``) add a speed-up to any profile, ``exact`` included.
 
 Where the profile is chosen: ``--profile`` (CLI), ``profile=`` (``emulator.run``, the SDK
-sessions, the fixture's ``sagemaker_job``), ``SAGEMAKER_EMULATOR_PROFILE`` (``python -m emulator
-launch``), ``--emulator-profile`` (pytest). An unknown name is refused before anything starts.
+sessions, the fixture's ``sagemaker_job``), ``--emulator-profile`` (pytest). Where none is chosen,
+``SAGEMAKER_EMULATOR_PROFILE`` names it for every entry point (the CLI, ``emulator.run``, the SDK
+sessions, ``python -m emulator launch``; the pytest fixture keeps its own default, ``ci``), and
+``exact`` when it is unset. An unknown name is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -85,4 +87,11 @@ def from_environment(default: str = EXACT, env: Mapping[str, str] | None = None)
     return get(value, field=PROFILE_VAR).name
 
 
-__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "from_environment", "get"]
+def resolve(name: str | None, *, field: str = "profile") -> str:
+    """The profile a job runs in: ``name`` when one was chosen (checked), otherwise the one
+    ``SAGEMAKER_EMULATOR_PROFILE`` names, ``exact`` when it is unset. Every entry point's default
+    goes through here, so one variable sets the profile of a whole CI run."""
+    return from_environment() if name is None else get(name, field=field).name
+
+
+__all__ = ["CI", "EXACT", "PROFILES", "PROFILE_VAR", "Profile", "from_environment", "get", "resolve"]

@@ -303,7 +303,7 @@ def create(
     wait_on_rendezvous_errors: bool = False,
     framework_version: str | None = None,
     py_version: str | None = None,
-    profile: str = profiles.EXACT,
+    profile: str | None = None,
     metric_definitions: Sequence[Mapping[str, str]] | None = None,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
@@ -312,6 +312,7 @@ def create(
     and the SDK's ``sagemaker_*`` keys are added (program, submit directory, log level, job name,
     region, and the distribution's keys). ``metric_definitions``: the estimator's
     ``[{"Name": …, "Regex": …}]``, sent as ``AlgorithmSpecification.MetricDefinitions``.
+    ``profile``: ``exact`` or ``ci``; unset, ``$SAGEMAKER_EMULATOR_PROFILE``, else ``exact``.
     """
     if isinstance(entry_point, str):
         sdk_refusals.check_entry_point(entry_point)
@@ -388,7 +389,7 @@ def create(
         wait_on_rendezvous_errors=wait_on_rendezvous_errors,
         framework_version=framework_version,
         py_version=py_version,
-        profile=profile,
+        profile=profiles.resolve(profile),
     )
     validate(request)
     return request

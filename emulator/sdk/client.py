@@ -91,11 +91,12 @@ class EmulatorSageMakerClient:
     def __init__(self, store: S3Store, *, region: str, backend: str = "auto",
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, framework_version: str | None = None,
-                 profile: str = profiles.EXACT) -> None:
+                 profile: str | None = None) -> None:
         """``framework_version``: overrides the framework every job's ``TrainingImage`` names
         (``"current"``: today's torch); default ``$SAGEMAKER_EMULATOR_FRAMEWORK_VERSION``, else none.
-        ``profile``: every job's (:mod:`emulator.job.profiles`)."""
-        self.profile = profiles.get(profile).name  # an unknown name is refused here, before any job
+        ``profile``: every job's (:mod:`emulator.job.profiles`); unset, ``$SAGEMAKER_EMULATOR_PROFILE``,
+        else ``exact``."""
+        self.profile = profiles.resolve(profile)  # an unknown name is refused here, before any job
         self.store = store
         self.region = region
         self.backend = backend
@@ -330,7 +331,7 @@ def _jsonable(value: Any) -> Any:
 
 def for_session(boto_session: Any, *, region: str | None, s3_root: str | Path | None, backend: str,
                 gpus_per_host: int | None, keep_hosts: bool, stop_grace: float,
-                framework_version: str | None, profile: str) -> tuple[str, S3Store, EmulatorSageMakerClient]:
+                framework_version: str | None, profile: str | None) -> tuple[str, S3Store, EmulatorSageMakerClient]:
     """The emulator's half of an SDK session (v2's and v3's ``EmulatorSession`` both start here):
     the region as the SDK finds it (the argument, the boto session's, then boto3's default region
     — ``AWS_DEFAULT_REGION`` or ``~/.aws/config`` — then the emulator's default), the S3 store

@@ -34,7 +34,6 @@ from sagemaker.session import Session, _check_job_status
 from ..backends import DEFAULT_BACKEND
 from ..console import RAW_SUFFIX, LogTailer
 from ..inhost import protocol as P
-from ..job.profiles import EXACT
 from .client import for_session
 from .s3 import ACCOUNT
 
@@ -51,7 +50,7 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = DEFAULT_BACKEND,
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None, profile: str = EXACT,
+                 framework_version: str | None = None, profile: str | None = None,
                  **session_kwargs: Any) -> None:
         region, self.s3_store, self.emulator_client = for_session(
             boto_session, region=region, s3_root=s3_root, backend=backend, gpus_per_host=gpus_per_host,

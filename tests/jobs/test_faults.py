@@ -17,6 +17,7 @@ import pytest
 from emulator.console import RAW_SUFFIX
 from emulator.diagnostics import faults as F
 from emulator.errors import RequestError
+from emulator.inhost.protocol import proc_environ
 
 # --------------------------------------------------------------------------------------------
 # Parsing
@@ -270,9 +271,22 @@ def test_rank_pids_picks_the_rank_and_its_own_children_only() -> None:
     assert F.rank_pids([10, 11, 12, 13], 0, environ=env) == []
 
 
+def rank_process(rank: int) -> subprocess.Popen[bytes]:
+    """A sleeping process whose environment says global rank ``rank``, returned once the kernel shows
+    that environment: ``Popen`` returns when the exec has closed the child's close-on-exec pipe,
+    which is before the new image's environment is set up, so a ``/proc/<pid>/environ`` read at
+    once can still be empty (seen under load). The injector itself just retries at its next tick."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, "RANK": str(rank)})
+    deadline = time.monotonic() + 30
+    while proc_environ(proc.pid).get("RANK") != str(rank):
+        assert proc.poll() is None and time.monotonic() < deadline, "the rank process never showed its environment"
+        time.sleep(0.01)
+    return proc
+
+
 def test_kill_rank_signals_only_that_rank_on_real_processes() -> None:
-    procs = {r: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                 env={**os.environ, "RANK": str(r)}) for r in (2, 3)}
+    procs = {r: rank_process(r) for r in (2, 3)}
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         job = fake_job()
@@ -317,7 +331,7 @@ def test_spot_restart_keeps_armed_faults() -> None:
     assert observer.restart_requested()
     observer.on_end(102.5)
 
-    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, "RANK": "1"})
+    rank = rank_process(1)
     try:
         second = fake_job()
         observer.on_start(attempt(1, second, 130.0))

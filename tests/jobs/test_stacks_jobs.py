@@ -14,6 +14,7 @@ import pytest
 
 import emulator
 from emulator import supervisor
+from emulator.job.profiles import EXACT
 from emulator.job.request import create
 from emulator.job.result import JobResult
 
@@ -58,7 +59,7 @@ def max_runtime_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[JobResult
     warm = threading.Event()
     stream = SetAfterMarker("WARM rank", 4, warm)
     request = create(output_path=tmp_path_factory.mktemp("hang"), job_name="hang-max-runtime", max_run=MAX_RUN,
-                     entry_point="hang_reader.py", distribution=TORCH_DIST, **BASE)
+                     entry_point="hang_reader.py", distribution=TORCH_DIST, profile=EXACT, **BASE)
     result = supervisor.run(request, stream=stream, stop_grace=2, clock=JumpWhenSet(warm, MAX_RUN))
     return result, stream.getvalue()
 

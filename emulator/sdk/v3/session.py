@@ -38,7 +38,6 @@ from sagemaker.core.helper.session_helper import Session
 
 from ...backends import DEFAULT_BACKEND
 from ...inhost import protocol as P
-from ...job.profiles import EXACT
 from ..aws import ROLE_ARN, answer_identity
 from ..client import EmulatedJob, EmulatorSageMakerClient, for_session, print_warnings
 from ..cwlogs import LogFeed
@@ -72,7 +71,7 @@ class EmulatorSession(Session):
                  s3_root: str | Path | None = None, backend: str = DEFAULT_BACKEND,
                  gpus_per_host: int | None = None, keep_hosts: bool = False,
                  stop_grace: float = P.STOP_GRACE, default_bucket: str | None = None,
-                 framework_version: str | None = None, profile: str = EXACT,
+                 framework_version: str | None = None, profile: str | None = None,
                  echo: bool = False, warnings_to: TextIO | None = None, **session_kwargs: Any) -> None:
         """``echo``: print each host's log lines to stdout with an ``[algo-N]`` prefix while a job
         runs (``python -m emulator launch`` does; the SDK's own ``logs=True`` output goes through
