@@ -169,23 +169,30 @@ def build(document: Any, options: Options, *, fetch_code: FetchCode | None = Non
     """Map ``document`` with ``options`` and translate it; every refusal leaves nothing behind.
     The caller runs :meth:`Replay.cleanup` when done."""
     doc = check_document(document)
-    if options.profile is not None:
-        profiles.get(options.profile, field="--profile")
-    elif (recorded := recorded_profile(doc)) is not None:
-        profiles.get(recorded, field="Emulator.Profile")
+    profile = _profile(doc, options.profile)
     if options.sample is not None and options.sample < 1:
         raise RequestError("--sample", f"{options.sample}: not a positive number of objects", allowed="N >= 1")
     temp: list[Path] = []
     try:
-        return _build(doc, options, fetch_code, fetch_prefix, temp)
+        return _build(doc, options, profile, fetch_code, fetch_prefix, temp)
     except BaseException:
         for folder in temp:
             shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
-def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, fetch_prefix: FetchPrefix | None,
-           temp: list[Path]) -> Replay:
+def _profile(doc: Mapping[str, Any], given: str | None) -> tuple[str, str]:
+    """The replay's profile, checked, and where it came from: ``--profile``, the one an emulator
+    ``job.json`` records, else ``exact``."""
+    if given is not None:
+        return profiles.get(given, field="--profile").name, "--profile"
+    if (recorded := recorded_profile(doc)) is not None:
+        return profiles.get(recorded, field="Emulator.Profile").name, "Emulator.Profile in job.json"
+    return profiles.EXACT, "default"
+
+
+def _build(doc: dict[str, Any], options: Options, profile_and_source: tuple[str, str], fetch_code: FetchCode | None,
+           fetch_prefix: FetchPrefix | None, temp: list[Path]) -> Replay:
     image, framework_version, py_version = training_image(doc, options.framework_version)
     create = {k: copy.deepcopy(doc[k]) for k in ECHOED if k in doc and k not in NOT_REPLAYED}
     create["TrainingJobName"] = options.job_name or replay_name(str(doc.get("TrainingJobName") or "job"))
@@ -209,9 +216,7 @@ def _build(doc: dict[str, Any], options: Options, fetch_code: FetchCode | None, 
     translated = from_create_training_job(create, region=region_of(doc), framework_version=framework_version,
                                           gpus_per_host=options.gpus_per_host or recorded_gpus(doc))
     temp += translated.temp_dirs
-    profile, profile_from = ((options.profile, "--profile") if options.profile is not None else
-                             (recorded, "Emulator.Profile in job.json") if (recorded := recorded_profile(doc)) else
-                             (profiles.EXACT, "default"))
+    profile, profile_from = profile_and_source
     translated.request = replace(translated.request, hyperparameters=recorded_hps, profile=profile,
                                  py_version=py_version)
     if py_version is not None:
