@@ -55,9 +55,9 @@ INSTALL_TIMEOUT = 3600
 #: Keys of this machine's pip configuration the layers' pip keeps (see the module docstring).
 KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", "timeout", "retries")
 #: Disk a layer takes once made, for the check before one is made (measured, README "The DLC's
-#: packages": a family's torch with its nvidia-* wheels 4.8 to 4.9 GB; an image layer 1.9 GB, a
-#: Hugging Face one more), with room for pip's unpacking.
-LAYER_BYTES = {"base": 5_000_000_000, "image": 2_500_000_000}
+#: packages": a family's torch with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5; an image
+#: layer 1.6 to 1.8 GB, a Hugging Face one 2.1 GB), with room for pip's unpacking.
+LAYER_BYTES = {"base": 6_000_000_000, "image": 2_500_000_000}
 #: Environment variables of pip's that would bring in files without upload times (dropped).
 DROPPED_PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
                     "PIP_CONFIG_FILE", "PIP_TARGET", "PIP_PREFIX", "PIP_USER")

@@ -106,6 +106,6 @@ def test_a_layer_that_would_not_fit_is_refused_before_any_download(tmp_path: Pat
     if "mount" in done.stderr and done.returncode != 3:
         pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stdout.startswith("BackendUnavailable") and "7.5 GB" in done.stdout and "GB are free" in done.stdout
+    assert done.stdout.startswith("BackendUnavailable") and "8.5 GB" in done.stdout and "GB are free" in done.stdout
     assert "cache prune" in done.stdout
     assert not log.exists() and not list(cache.rglob("*.part"))

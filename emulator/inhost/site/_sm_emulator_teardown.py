@@ -91,16 +91,27 @@ def teardown(dist: Any, gpu_count: int) -> None:
             if asked == "nccl" and rank % max(1, gpu_count) == 0:
                 print(warning_line(rank), file=sys.stderr, flush=True)
             del pg
+            _drain()  # before the group's destructor, which joins its workers holding the GIL
             dist.destroy_process_group()
         # Also when the script destroyed ours itself: gloo groups that objects still reference
         # (FSDP's and DCP's device meshes, sub-groups) live on, and their worker threads may still
         # drop a finished work; let them do so while the interpreter is alive.
-        import gc
-
-        gc.collect()
-        time.sleep(GIL_RELEASE_SECONDS)
+        _drain()
     except Exception as exc:  # never turn a clean exit into a failure
         log_once("teardown", f"exit-time teardown of the emulated process group failed: {exc!r}")
+
+
+def _drain() -> None:
+    """Release the GIL for :data:`GIL_RELEASE_SECONDS` after a collection, so that a gloo worker
+    thread holding a finished work whose tensors own a Python object can drop it now. Before
+    ``destroy_process_group`` too: ``~ProcessGroupGloo`` joins its worker threads from the
+    thread that drops the group, which holds the GIL throughout, so a worker that needs the GIL
+    for that last decref then waits forever, and so does the rank (seen with torch 2.5.1: the
+    Hugging Face Trainer's first rank of each node hung at exit after its last all_gather)."""
+    import gc
+
+    gc.collect()
+    time.sleep(GIL_RELEASE_SECONDS)
 
 
 __all__ = ["NCCL_NOT_DESTROYED", "teardown", "track", "translated", "warning_line"]
