@@ -124,9 +124,12 @@ def package_warnings(request: JobRequest, world: World) -> list[str]:
     out = [f"the source dir imports {module}, which {label} does not ship and the job's requirements.txt does not "
            f"install: on SageMaker every rank fails with ModuleNotFoundError: No module named {module!r}. Add the "
            f"package that provides it to {request.source_dir}/requirements.txt" for module in missing]
-    out += [f"the source dir imports {module}, which {label} ships but the emulator cannot install here ({why}): "
-            f"on SageMaker the import works; here it fails with ModuleNotFoundError. This is the emulator's gap, "
-            "not your job's" for module, why in gaps.items()]
+    for module, why in gaps.items():
+        there = ("whether it imports on SageMaker is not known" if "on SageMaker is not known" in why
+                 else "on SageMaker the import works")
+        out.append(f"the source dir imports {module}, which {label} ships but the emulator cannot install here "
+                   f"({why}): {there}; here it fails with ModuleNotFoundError. This is the emulator's gap, not "
+                   "your job's")
     return out
 
 

@@ -88,6 +88,9 @@ NOT_INSTALLABLE: dict[str, str] = {
     "mkl-include": "Intel MKL's C headers, no importable module",
     "typing": "PyPI's backport of a standard library module, for Python before 3.5 (pip refuses it here)",
 }
+#: The torch release each torchtext release is built for (pytorch/text README, "Installation"):
+#: its C++ extension loads beside that torch only. 0.18.0 (torch 2.3) is torchtext's last release.
+TORCHTEXT_BUILT_FOR: dict[str, str] = {"0.15": "2.0", "0.16": "2.1", "0.17": "2.2", "0.18": "2.3"}
 #: Local version labels of builds whose PyPI release is the same code for another device (torch's
 #: ``+cpu``/``+cu124`` builds); any other label (``deepspeed==0.6.1+b3d766e``) is AWS's own build.
 _DEVICE_LABEL = re.compile(r"^(cpu|cu\d+)$")
@@ -206,7 +209,8 @@ class Image:
     @property
     def gaps(self) -> dict[str, str]:
         """The image's distributions the emulator does not install here, with the reason."""
-        return {p.name: why for p in self.packages if (why := not_installable(p)) is not None}
+        return {p.name: why for p in self.packages
+                if (why := not_installable(p, torch=self.framework_version)) is not None}
 
     def gap_modules(self) -> dict[str, str]:
         """Top-level modules of :attr:`gaps` (what importing fails with), with the reason; SMDDP
@@ -224,11 +228,18 @@ class Image:
         return frozenset(m for n in self.distributions for m in import_names(n))
 
 
-def not_installable(pkg: Package) -> str | None:
+def not_installable(pkg: Package, *, torch: str | None = None) -> str | None:
     """Why the emulator does not install ``pkg`` here (None: it does): :data:`NOT_INSTALLABLE`, a
-    source checkout (``name @ git+…``), or AWS's own build of a release (a local version label)."""
+    source checkout (``name @ git+…``), AWS's own build of a release (a local version label), or
+    a torchtext built for another torch than the image's (``torch``; :data:`TORCHTEXT_BUILT_FOR`)."""
     if pkg.name in NOT_INSTALLABLE:
         return NOT_INSTALLABLE[pkg.name]
+    if pkg.name == "torchtext" and pkg.version and torch:
+        built_for = TORCHTEXT_BUILT_FOR.get(".".join(pkg.version.split("+")[0].split(".")[:2]))
+        if built_for is not None and ".".join(torch.split(".")[:2]) != built_for:
+            return (f"torchtext {pkg.version} is built for torch {built_for} (pytorch/text's table) and its "
+                    f"extension does not load beside torch {torch} here; whether the DLC's copy loads on "
+                    f"SageMaker is not known")
     if " @ " in pkg.requirement:
         return f"installed in the DLC from a source checkout ({pkg.requirement.split(' @ ', 1)[1]}), not from PyPI"
     label = (pkg.version or "").partition("+")[2]

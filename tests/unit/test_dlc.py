@@ -119,6 +119,18 @@ def test_what_cannot_install_here_is_named_with_its_module() -> None:
     assert "source checkout" in (dlc.not_installable(checkout) or "")
 
 
+def test_a_torchtext_built_for_another_torch_is_the_emulators_gap() -> None:
+    # pytorch/text README, "Installation": torchtext 0.18 goes with torch 2.3, its last release;
+    # the 2.4-2.6 DLCs pin torchtext==0.18.0 beside torch 2.4-2.6 (their Dockerfiles).
+    for family in ("2.4", "2.5", "2.6"):
+        why = dlc.pytorch_image(family, gpu=False).gaps.get("torchtext", "")
+        assert "built for torch 2.3" in why and "not known" in why, (family, why)
+        assert "torchtext" in dlc.pytorch_image(family, gpu=False).gap_modules()
+    assert "torchtext" not in dlc.pytorch_image("2.3", gpu=False).gaps  # unpinned: pip picks the matching one
+    built_for = dlc.Package("torchtext", "torchtext==0.18.0+cpu", "0.18.0+cpu")
+    assert dlc.not_installable(built_for, torch="2.3.0") is None
+
+
 def test_torch_builds_come_from_pypi_or_the_index_named() -> None:
     image = dlc.pytorch_image("2.13", gpu=False)  # AWS: torch 2.13.0+cpu, torchvision 0.28.0+cpu, torchaudio 2.11.0+cpu
     assert dlc.torch_requirements(image) == ("torch===2.13.0", "torchvision===0.28.0", "torchaudio===2.11.0")
@@ -126,12 +138,13 @@ def test_torch_builds_come_from_pypi_or_the_index_named() -> None:
         "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", "torchaudio==2.11.0+cpu")
 
 
-#: One module the 2.5 GPU DLC ships that the emulator cannot install (flash-attn), one no DLC ships.
+#: One module the 2.5 GPU DLC ships that the emulator cannot install (flash-attn), one no DLC ships,
+#: one it ships whose loading there nobody knows (torchtext).
 HINT_SCRIPT = """\
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from _sm_emulator_exits import missing_module_hint
-for name in ("flash_attn", "sm_emulator_absent_pkg"):
+for name in ("flash_attn", "sm_emulator_absent_pkg", "torchtext"):
     try:
         __import__(name)
     except ModuleNotFoundError as exc:
@@ -146,7 +159,9 @@ def test_the_rank_hint_tells_the_dlc_gap_from_the_job_gap() -> None:
     env = {**os.environ, "EMULATOR_DLC": image.label, "EMULATOR_DLC_GAPS": json.dumps(image.gap_modules())}
     done = subprocess.run([sys.executable, "-c", HINT_SCRIPT, str(INHOST / "site")], env=env,
                           capture_output=True, text=True, check=True)
-    gap, missing = (json.loads(line) for line in done.stdout.splitlines())
+    gap, missing, unknown = (json.loads(line) for line in done.stdout.splitlines())
     assert "the PyTorch 2.5.1 GPU DLC ships it" in gap and "emulator's gap" in gap and "CUDA-only" in gap
     assert "on SageMaker this import works" in gap
     assert "does not ship it" in missing and "On SageMaker this job fails here too" in missing
+    assert "emulator's gap" in unknown and "whether it imports on SageMaker is not known" in unknown
+    assert "this import works" not in unknown and "fails here too" not in unknown

@@ -98,8 +98,10 @@ def missing_module_hint(exc: BaseException) -> str | None:
     except ValueError:
         gaps = {}
     if isinstance(gaps, dict) and top in gaps:
+        there = ("whether it imports on SageMaker is not known" if "on SageMaker is not known" in str(gaps[top])
+                 else "on SageMaker this import works")
         return (f"No module named {top!r}: {dlc} ships it, but the emulator cannot install it here "
-                f"({gaps[top]}). This is the emulator's gap, not your job's: on SageMaker this import works.")
+                f"({gaps[top]}). This is the emulator's gap, not your job's: {there}.")
     return (f"No module named {top!r}: {dlc} does not ship it, and the job's requirements.txt did not install "
             f"it. On SageMaker this job fails here too: list the package that provides {top!r} in "
             "requirements.txt next to the entry point (the toolkit installs it before the script starts).")
