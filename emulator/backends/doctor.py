@@ -33,6 +33,7 @@ from ..cache import cache_dir
 from ..console import paint
 from ..errors import BackendUnavailable
 from .choose import Probe, decide, engine, probe_process, process_cause
+from .docker import context
 from .docker.engine import image_id
 from .docker.names import BUILD_SCRIPT, DEFAULT_IMAGE
 from .layers import LAYER_BYTES
@@ -78,9 +79,9 @@ def check_docker(engine_ok: bool, engine_detail: str) -> Check:
     whether this install can build a DLC image."""
     if not engine_ok:
         return Check("docker", False, engine_detail, "start an engine, or set DOCKER_HOST to one that runs")
-    builds = ("" if BUILD_SCRIPT.is_file() else
-              f"; DLC images cannot be built from this install (no {BUILD_SCRIPT.parent}): "
-              "framework_version='current' only")
+    builds = ("" if context.available() else
+              f"; DLC images cannot be built from this install (no {BUILD_SCRIPT.parent}, no "
+              f"{context.PACKAGED}): framework_version='current' only")
     try:
         image_id(DEFAULT_IMAGE)
     except BackendUnavailable as exc:

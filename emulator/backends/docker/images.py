@@ -7,8 +7,9 @@ the first time it is needed (progress lines and an estimate on the console, the 
 log file), then reused. No DLC named (``current``) runs ``sagemaker-emulator:latest``, the image of
 :data:`emulator.job.dlc.CURRENT_IMAGE` that ``nox -s image`` builds and tags (so a job from an
 installed emulator without the ``docker/`` folder or a docker CLI, e.g. in a CI container, runs it).
-A DLC's image build needs this project's ``docker/`` folder (a source checkout). A user's own image
-(an ``image_uri`` that is no PyTorch DLC) runs as given.
+A DLC's image build runs this project's ``docker/build.py``: a source checkout's, or the copy an
+installed wheel carries, laid out as a checkout in the cache folder (:mod:`.context`; the same
+files, so the same tags). A user's own image (an ``image_uri`` that is no PyTorch DLC) runs as given.
 
 :func:`planned` says which image a job runs without side effects (the launch spec and ``plan``
 use it; an image not built yet is named by the tag it will get); :func:`ensure` builds it (the
@@ -39,9 +40,9 @@ from ...cache import cache_dir
 from ...errors import BackendUnavailable
 from ...job import dlc, frameworks
 from .. import manifest
-from . import engine
+from . import context, engine
 from . import reaper as helpers
-from .names import BUILD_SCRIPT, DEFAULT_IMAGE
+from .names import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from ...job.request import JobRequest
@@ -52,12 +53,20 @@ PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
 
 
 @functools.cache
-def _build_module() -> ModuleType:
-    if not BUILD_SCRIPT.is_file():
+def _build_script() -> Path:
+    """The ``build.py`` this install runs (:func:`.context.build_script`)."""
+    script = context.build_script()
+    if script is None:
         raise BackendUnavailable(
-            f"framework images are built from the project's docker/ folder, not found at "
-            f"{BUILD_SCRIPT.parent}; use a source checkout, or framework_version='current'")
-    spec = importlib.util.spec_from_file_location("_sm_emulator_docker_build", BUILD_SCRIPT)
+            f"framework images are built by the project's docker/build.py, which this install lacks "
+            f"(no source checkout, no copy at {context.PACKAGED}); reinstall the emulator from its "
+            "wheel or sdist, or use framework_version='current'")
+    return script
+
+
+@functools.cache
+def _build_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_sm_emulator_docker_build", _build_script())
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -72,11 +81,12 @@ def built_image(image: dlc.Image) -> str | None:
 
 
 def _run_build(image: dlc.Image, log: Path, say: Callable[[str], None]) -> None:
-    cmd = [sys.executable, str(BUILD_SCRIPT), "--image", image.id]
+    script = _build_script()
+    cmd = [sys.executable, str(script), "--image", image.id]
     # Its own session: Ctrl-C or SIGTERM here stops the whole build (and its docker CLI calls).
     with log.open("w") as out, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            stdin=subprocess.DEVNULL, cwd=BUILD_SCRIPT.parents[1], start_new_session=True) as proc:
+            stdin=subprocess.DEVNULL, cwd=script.parents[1], start_new_session=True) as proc:
         assert proc.stdout is not None
         try:
             for line in proc.stdout:

@@ -15,7 +15,7 @@ from ...inhost import protocol as P
 
 #: The emulator's own image (``nox -s image``), run when a job names no image the engine has.
 DEFAULT_IMAGE = "sagemaker-emulator:latest"
-#: The script that builds the images: a source checkout's ``docker/build.py`` (not in a wheel).
+#: The script that builds the images in a source checkout; a wheel carries a copy (:mod:`.context`).
 BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "build.py"
 LABEL = "sagemaker-emulator"
 LABEL_JOB = f"{LABEL}.job"
