@@ -13,7 +13,7 @@ release AWS's DLC of the family ships, cited in emulator/job/frameworks.py; the 
 DLC's package list (emulator/job/dlc_images.json, read from AWS's files): every top-level module of
 every package of it that installs here imports in the job.
 
-The Hugging Face DLCs (transformers 4.49.0 on PyTorch 2.5.1) run ``transformers.Trainer`` on a
+The Hugging Face DLCs (transformers 4.49.0 on PyTorch 2.5.1, 4.56.2 on 2.8.0) run ``transformers.Trainer`` on a
 ``datasets`` dataset, 2 hosts x 4 GPUs, on both backends; the toolkit-style MNIST script
 (tests/scripts_dlc) runs on the 2.5.1 DLC on both backends.
 """
@@ -146,36 +146,43 @@ def test_family_runs_two_hosts(name: str, tmp_path: Path, monkeypatch: pytest.Mo
     assert len(imports) == 2 and all(r["failed"] == {} for r in imports), imports
 
 
-HF_TRANSFORMERS = "4.49.0"
+#: (transformers, the SDK's base_framework_version, py_version, the datasets AWS installs): AWS's
+#: huggingface/pytorch/training/docker/2.5/py3/cu124/Dockerfile.gpu and 2.8/py3/cu129/Dockerfile.gpu
+#: (aws/deep-learning-containers f06ada0e08) pin datasets 3.3.2 and 4.1.0.
+HF_CASES = [("4.49.0", "pytorch2.5.1", "py311", "3.3.2"), ("4.56.2", "pytorch2.8.0", "py312", "4.1.0")]
 
 
 @pytest.mark.families
+@pytest.mark.parametrize(("transformers", "base", "py", "datasets"), HF_CASES, ids=[c[0] for c in HF_CASES])
 @pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
-def test_huggingface_trainer_runs_on_its_dlc(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_huggingface_trainer_runs_on_its_dlc(backend: str, transformers: str, base: str, py: str, datasets: str,
+                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             request: pytest.FixtureRequest) -> None:
-    """An unchanged SDK v2 ``HuggingFace`` launcher's request (the SDK's own image URI for
-    transformers 4.49.0 / PyTorch 2.5.1 / py311), 2 x ml.g5.12xlarge, ``torch_distributed``: the Hugging
+    """An unchanged SDK v2 ``HuggingFace`` launcher's request (the SDK's own image URI for the
+    transformers / PyTorch / Python versions), 2 x ml.g5.12xlarge, ``torch_distributed``: the Hugging
     Face DLC's transformers and datasets import, Trainer trains on world 8."""
     if backend == "docker":
         request.getfixturevalue("docker_ready")
     monkeypatch.delenv("SAGEMAKER_EMULATOR_FRAMEWORK_VERSION", raising=False)
     from sagemaker import image_uris
 
-    uri = image_uris.retrieve("huggingface", region="us-west-2", version=HF_TRANSFORMERS,
-                              base_framework_version="pytorch2.5.1", py_version="py311",
+    uri = image_uris.retrieve("huggingface", region="us-west-2", version=transformers,
+                              base_framework_version=base, py_version=py,
                               instance_type="ml.g5.12xlarge", image_scope="training")
     result = emulator.run(entry_point="hf_trainer.py", source_dir=SCRIPTS, instance_count=2,
                           instance_type="ml.g5.12xlarge", image_uri=uri,
                           distribution={"torch_distributed": {"enabled": True}}, output_path=tmp_path / "out",
-                          job_name=f"hf-{backend}", echo=False, stop_grace=2, backend=backend)
+                          job_name=f"hf-{transformers.replace('.', '-')}-{backend}", echo=False, stop_grace=2,
+                          backend=backend)
     assert result.status == "Completed", (result.failure_reason, result.log("algo-1")[-4000:])
     reports = [r for host in ("algo-1", "algo-2") for r in marked_json(result.log(host), "HF ")]
     assert sorted(r["rank"] for r in reports) == list(range(8)), reports
     for r in reports:
-        assert r["world"] == 8 and r["steps"] == 2 and r["transformers"] == HF_TRANSFORMERS
-        assert r["datasets"] == "3.3.2" and r["device"].startswith("cuda")
+        assert r["world"] == 8 and r["steps"] == 2 and r["transformers"] == transformers
+        assert r["datasets"] == datasets and r["device"].startswith("cuda")
     framework = json.loads((result.job_dir / "job.json").read_text())["Emulator"]["Framework"]
-    assert framework["Image"]["Id"] == f"huggingface-{HF_TRANSFORMERS}-pytorch-2.5-gpu"
+    torch_family = base.removeprefix("pytorch").rsplit(".", 1)[0]
+    assert framework["Image"]["Id"] == f"huggingface-{transformers}-pytorch-{torch_family}-gpu"
     assert not [w for w in result.warnings if "transformers" in w or "datasets" in w], result.warnings
 
 
