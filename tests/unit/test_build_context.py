@@ -79,3 +79,18 @@ def test_the_layout_is_made_once_and_other_files_get_a_folder_of_their_own(tmp_p
 def test_an_install_without_either_cannot_build_and_says_so(wheel_copy: Path) -> None:
     (wheel_copy / "Dockerfile").unlink()
     assert context.build_script() is None and not context.available()
+
+
+def test_the_ci_example_image_copies_every_folder_the_wheel_is_built_from() -> None:
+    """ci-examples/Dockerfile pip-installs the project from the folders it copies; setuptools refuses
+    the build when a package-dir of pyproject.toml is missing (``package directory 'docker' does not
+    exist``: a CI run failed on it), and the root .dockerignore must let each of them through."""
+    import tomllib
+    root = CHECKOUT_DOCKER.parent
+    package_dirs = set(tomllib.loads((root / "pyproject.toml").read_text())
+                       ["tool"]["setuptools"]["package-dir"].values())
+    copied = {source for line in (root / "ci-examples" / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") for source in line.split()[1:-1]}
+    assert package_dirs and package_dirs <= copied, package_dirs - copied
+    allowed = {line[1:] for line in (root / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    assert copied <= allowed, copied - allowed
