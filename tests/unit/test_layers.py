@@ -7,6 +7,7 @@ Oracle: the wheel format (a ``.dist-info`` folder with ``METADATA`` and ``RECORD
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -222,6 +223,34 @@ def test_an_unreachable_index_falls_back_to_pypi_and_pypi_means_no_probe(tmp_pat
     for value in ("pypi", "PYPI"):
         assert layers.torch_source(_of("pytorch-2.8-gpu"), {dlc.TORCH_INDEX_VAR: value}).torch_index is None
     assert calls == [closed]
+
+
+def test_job_json_says_which_torch_build_the_layer_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base layer's own record (its manifest) goes to Emulator.Framework.TorchBuild; the deviation
+    names AWS's builds: +cu124 on the 2.5 GPU image, +cpu on its CPU image (AWS's build files)."""
+    monkeypatch.setattr(layers, "LAYERS", tmp_path)
+    url = "https://download.pytorch.org/whl/cpu"
+    cpu_set, pypi_set = _of("pytorch-2.5-gpu")(url), _of("pytorch-2.5-gpu")(None)
+    assert layers.torch_build(cpu_set) is None  # not made yet
+    for install, version, index in ((cpu_set, "2.5.1+cpu", url), (pypi_set, "2.5.1", None)):
+        _ready(layers.base_layer(install))
+        (layers.base_layer(install).path / layers.MANIFEST).write_text(json.dumps(
+            {"distributions": {"torch": version, "numpy": "1.26.4"}, "torch_index": index}))
+    sel = frameworks.select("2.5.1")
+    gpu, cpu = dlc.image("pytorch-2.5-gpu"), dlc.image("pytorch-2.5-cpu")
+
+    def torch_lines(image: dlc.Image, install: dlc.InstallSet) -> tuple[object, list[str]]:
+        fields = frameworks.record(sel, torch=None, python="3.11.7", toolkit=None, python_from="this machine's",
+                                   image=image, torch_build=layers.torch_build(install))
+        return fields["TorchBuild"], [d for d in fields["Deviations"] if d.startswith("torch ")]  # type: ignore[attr-defined]
+
+    build, lines = torch_lines(gpu, pypi_set)
+    assert build == {"Source": "PyPI", "Builds": {"torch": "2.5.1"}}
+    assert len(lines) == 1 and "PyPI's builds" in lines[0] and "+cu124" in lines[0]
+    build, lines = torch_lines(gpu, cpu_set)
+    assert build == {"Source": url, "Builds": {"torch": "2.5.1+cpu"}}
+    assert len(lines) == 1 and f"+cpu builds from {url}" in lines[0] and "+cu124" in lines[0]
+    assert torch_lines(cpu, cpu_set)[1] == []  # the CPU DLC's own build: nothing differs
 
 
 def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path) -> None:
