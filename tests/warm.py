@@ -5,7 +5,8 @@ Most jobs of ``tests/jobs`` name no ``framework_version`` and run in the emulato
 CPU and on a GPU type (:data:`WORLDS`). Their layers are made once per machine (minutes: a CUDA torch
 from PyPI, shared by the three). Made here, with progress, instead of inside whichever test happens
 to start the first job, where the time would count against that job's ``MaxRuntimeInSeconds`` and
-the test's own timeouts. On a warm machine this returns at once.
+the test's own timeouts. On a warm machine this returns at once. The torch builds come from the
+CPU index or from PyPI as the jobs' own would (:func:`emulator.backends.layers.torch_source`).
 
     python -m tests.warm        # nox -s tests runs it first
 """
@@ -16,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from emulator.backends import layers
@@ -27,10 +29,16 @@ from emulator.job.instance_types import lookup
 WORLDS = ((None, "ml.c5.xlarge"), ("2.13", "ml.c5.xlarge"), ("2.13", "ml.p4d.24xlarge"))
 
 
+def _sources(version: str | None, itype: str) -> Callable[[str | None], dlc.InstallSet]:
+    """The world's install set for a torch source (a CPU index, or None: PyPI)."""
+    def of(index: str | None) -> dlc.InstallSet:
+        return frameworks.install_for(frameworks.select(version) if version else None, lookup(itype),
+                                      torch_index=index)
+    return of
+
+
 def main() -> int:
-    index = os.environ.get(dlc.TORCH_INDEX_VAR) or None
-    installs = [frameworks.install_for(frameworks.select(version) if version else None, lookup(itype),
-                                       torch_index=index) for version, itype in WORLDS]
+    installs = [layers.torch_source(_sources(version, itype)) for version, itype in WORLDS]
     missing = {layer.path: layer for install in installs for layer in layers.layers(install) if not layer.ready}
     if not missing:
         return 0

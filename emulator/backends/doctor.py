@@ -39,9 +39,10 @@ from .docker.names import BUILD_SCRIPT, DEFAULT_IMAGE
 from .layers import LAYER_BYTES
 from .process.sshd import KEYGEN, SSHD
 
-#: What one framework family's process-backend layers take (the check the layers' install makes
-#: before a download); a docker image takes 3 to 7.3 GB more.
-FAMILY_BYTES = sum(LAYER_BYTES.values())
+#: What one framework family's process-backend layers take at most (the check the layers' install
+#: makes before a download), its torch from PyPI (the CPU index's builds take less; doctor does not
+#: probe it); a docker image takes 3 to 7.3 GB more.
+FAMILY_BYTES = LAYER_BYTES["base"] + LAYER_BYTES["image"]
 #: The checks a job's start decides on (``mpi`` and ``disk`` only warn).
 BACKEND_CHECKS = ("process", "docker")
 

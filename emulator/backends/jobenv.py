@@ -27,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -126,12 +125,15 @@ def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path 
 
 
 def install_of(request: JobRequest) -> InstallSet:
-    """What the job's DLC image installs (:func:`emulator.job.frameworks.install_for`), with the
-    torch index :data:`~emulator.job.dlc.TORCH_INDEX_VAR` names where it is set."""
-    from ..job import dlc, frameworks
+    """What the job's DLC image installs (:func:`emulator.job.frameworks.install_for`), its torch
+    from the CPU index or from PyPI as :func:`emulator.backends.layers.torch_source` decides (an
+    existing torch layer first; a probe of the index only when there is none)."""
+    from ..job import frameworks
 
-    return frameworks.install_for(request.framework, request.instance_groups[0].type,
-                                  torch_index=os.environ.get(dlc.TORCH_INDEX_VAR) or None)
+    def of(index: str | None) -> InstallSet:
+        return frameworks.install_for(request.framework, request.instance_groups[0].type, torch_index=index)
+
+    return framework_layers.torch_source(of)
 
 
 def _key(req: Path | None, install: InstallSet) -> str:

@@ -9,8 +9,9 @@ its DLC image (:func:`emulator.job.dlc.install_set`), in this order:
    ...), resolved by pip in a venv that sees the base layer (so it installs only what is missing,
    as AWS's successive ``pip install`` lines do), ``--uploaded-prior-to`` the image's date;
 2. the base layer, ``frameworks/<key>``: the family's torch, torchvision and torchaudio and what they
-   need (PyPI's CUDA builds with their ``nvidia-*`` wheels: 3 to 5 GB), shared by every image of
-   the family (CPU, GPU, Hugging Face).
+   need, shared by every image of the family (CPU, GPU, Hugging Face): the ``+cpu`` builds from the
+   PyTorch CPU index where it is reachable when the layer is made (under 1 GB), else PyPI's CUDA
+   builds with their ``nvidia-*`` wheels (4 to 5.5 GB); see :func:`torch_source`.
 
 Each layer is a ``site-packages`` folder added with ``site.addsitedir`` (its ``.pth`` files run, as
 in an image's site-packages), made under a file lock into ``<key>.part`` and renamed when complete
@@ -24,6 +25,17 @@ pip's configuration: the layers' pip reads the index (``index-url``), certificat
 timeouts of this machine's pip configuration, but not ``find-links`` or extra indexes: pip's
 ``--uploaded-prior-to`` needs upload times, which local folders and most extra indexes do not give,
 so their newer files would leak into an image dated before them.
+
+Where the torch builds come from (:func:`torch_source`): the layer key records the source that was
+used (the CPU index's URL, or nothing for PyPI: the keys of layers made from PyPI are what they were
+before the CPU index was tried). A job first looks for a torch layer already made from either
+source, without any network; only when there is none does it probe the CPU index (one GET of
+``<index>/torch/``, :data:`PROBE_TIMEOUT`), once per process, and make the layer from the index it
+answered for, else from PyPI. The CPU index is a PEP 503 HTML index without upload times, which
+pip's ``--uploaded-prior-to`` refuses, so its builds are resolved and downloaded without a date (each
+is an exact version) and installed from that folder with what they need from PyPI, dated
+(:func:`_install_from_index`). Not emulated: AWS's GPU images' own ``+cu1xx`` builds (CUDA: a GPU
+image's job gets the ``+cpu`` build, recorded as a deviation, :func:`emulator.job.dlc.torch_deviation`).
 """
 
 from __future__ import annotations
@@ -34,14 +46,19 @@ import json
 import os
 import platform
 import shutil
+import ssl
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 
 from ..cache import cache_dir
 from ..errors import BackendUnavailable
+from ..job import dlc
 from ..job.dlc import InstallSet
 from . import manifest
 
@@ -55,9 +72,14 @@ INSTALL_TIMEOUT = 3600
 #: Keys of this machine's pip configuration the layers' pip keeps (see the module docstring).
 KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", "timeout", "retries")
 #: Disk a layer takes once made, for the check before one is made (measured, README "The DLC's
-#: packages": a family's torch with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5; an image
-#: layer 1.6 to 1.8 GB, a Hugging Face one 2.1 GB), with room for pip's unpacking.
-LAYER_BYTES = {"base": 6_000_000_000, "image": 2_500_000_000}
+#: packages": a family's torch from PyPI with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5;
+#: torch 2.13.0+cpu alone 0.76 GB installed, so a ``+cpu`` base layer with numpy, sympy, ... about
+#: 1 GB; an image layer 1.6 to 1.8 GB, a Hugging Face one 2.1 GB), with room for pip's unpacking.
+LAYER_BYTES = {"base": 6_000_000_000, "base-cpu": 1_500_000_000, "image": 2_500_000_000}
+#: How long the probe of the CPU index waits (to connect, and for each read) before PyPI is used.
+PROBE_TIMEOUT = 5.0
+#: pip's default index (where the layers' pip configuration names none).
+PYPI = "https://pypi.org/simple"
 #: Environment variables of pip's that would bring in files without upload times (dropped).
 DROPPED_PIP_VARS = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "PIP_REQUIREMENT",
                     "PIP_CONFIG_FILE", "PIP_TARGET", "PIP_PREFIX", "PIP_USER")
@@ -105,8 +127,13 @@ def base_layer(install: InstallSet) -> Layer:
     """The layer holding ``install``'s torch builds (shared by the family's images)."""
     key = _key("base", *install.torch, "\0", *install.torch_constraints, install.torch_uploaded_prior_to or "",
                install.torch_index or "")
-    build = "the DLC's exact builds" if install.torch_index else "PyPI's builds"
+    build = f"the +cpu builds from {install.torch_index}" if install.torch_index else "PyPI's CUDA builds"
     return Layer(LAYERS / key, f"{', '.join(install.torch)} ({build})")
+
+
+def base_kind(install: InstallSet) -> str:
+    """The :data:`LAYER_BYTES` key of ``install``'s base layer: its size depends on its source."""
+    return "base-cpu" if install.torch_index else "base"
 
 
 def image_layer(install: InstallSet) -> Layer:
@@ -118,6 +145,72 @@ def image_layer(install: InstallSet) -> Layer:
 def layers(install: InstallSet) -> list[Layer]:
     """The layers a job environment of ``install`` sees, in ``sys.path`` order."""
     return [image_layer(install), base_layer(install)]
+
+
+# -- where the torch builds come from ----------------------------------------------------------------
+#: What :func:`probe` answered in this process, by (index, torch version): one probe per layer build.
+_PROBED: dict[tuple[str, str], bool] = {}
+
+
+def torch_source(of: Callable[[str | None], InstallSet], env: Mapping[str, str] | None = None) -> InstallSet:
+    """The install set a job uses, of ``of(index)`` (the job's install set with its torch from the CPU
+    ``index``, or from PyPI for None) (module docstring):
+
+    1. :data:`~emulator.job.dlc.TORCH_INDEX_VAR` of ``env`` (default this process's) is ``pypi``:
+       PyPI's, no probe;
+    2. a torch layer already made: the CPU index's, else PyPI's — found on disk, no network;
+    3. none yet: the CPU index's where :func:`probe` finds its torch build there (probed once per
+       process), else PyPI's."""
+    environ = os.environ if env is None else env
+    index = dlc.torch_index_setting(environ)
+    pypi = of(None)
+    if index is None or not pypi.torch:
+        return pypi
+    cpu = of(index)
+    for candidate in (cpu, pypi):
+        if base_layer(candidate).ready:
+            return candidate
+    want = next((r.split("==", 1)[1] for r in cpu.torch if r.startswith("torch==")), "")
+    if (index, want) not in _PROBED:
+        _PROBED[(index, want)] = probe(index, want or None, env=pip_environment(environ))
+    return cpu if _PROBED[(index, want)] else pypi
+
+
+def torch_build(install: InstallSet) -> dict[str, object] | None:
+    """``job.json``'s ``Emulator.Framework.TorchBuild``, from ``install``'s base layer's own record:
+    ``Source`` (the CPU index its torch came from, or ``PyPI``) and ``Builds`` (the versions it holds);
+    None before the layer is made. A layer made before the record existed is PyPI's (its key says so)."""
+    base = base_layer(install)
+    if not base.ready:
+        return None
+    held = base.distributions()
+    index = base.manifest().get("torch_index", install.torch_index)
+    return {"Source": index or "PyPI", "Builds": {name: held[name] for name in dlc.TORCH_TRIO if name in held}}
+
+
+def probe(index: str, torch: str | None = None, *, env: Mapping[str, str] | None = None,
+          timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether the PEP 503 index ``index`` answers a GET of ``<index>/torch/`` with 200 within
+    ``timeout`` and, for a ``torch`` version (``2.13.0+cpu``), lists a file of it (``torch-2.13.0+cpu-…``,
+    percent-decoded). pip's proxy and certificate in ``env`` (``PIP_PROXY``, ``PIP_CERT``: what
+    :func:`pip_environment` gives) are used, else the standard library's (``https_proxy``, the system's
+    CAs). Any failure (name resolution, a refused connection, a timeout, TLS, an HTTP error) is False.
+    Not emulated: pip's ``trusted-host``, client certificates and keyring credentials."""
+    env = env or {}
+    handlers: list[urllib.request.BaseHandler] = []
+    if env.get("PIP_PROXY"):
+        handlers.append(urllib.request.ProxyHandler({"http": env["PIP_PROXY"], "https": env["PIP_PROXY"]}))
+    try:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=env.get("PIP_CERT")
+                                                                                       or None)))
+        request = urllib.request.Request(index.rstrip("/") + "/torch/", headers={"Accept": "text/html"})
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout) as answer:
+            if answer.status != 200:
+                return False
+            page = answer.read().decode("utf-8", "replace")
+    except (OSError, ValueError, HTTPException):
+        return False
+    return torch is None or f"torch-{torch}-" in urllib.parse.unquote(page)
 
 
 # -- pip -------------------------------------------------------------------------------------------
@@ -151,8 +244,9 @@ def _pip_config(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _run_pip(args: Sequence[str], log: Path, env: Mapping[str, str], *, python: str | None = None) -> int:
-    cmd = [sys.executable, "-m", "pip", *(["--python", python] if python else []), "install", "--no-input", *args]
+def _run_pip(args: Sequence[str], log: Path, env: Mapping[str, str], *, python: str | None = None,
+             verb: str = "install") -> int:
+    cmd = [sys.executable, "-m", "pip", *(["--python", python] if python else []), verb, "--no-input", *args]
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
         out.flush()
@@ -195,10 +289,11 @@ def ensure(install: InstallSet, log: Path, *, env: Mapping[str, str] | None = No
     ``log`` when pip fails."""
     pip_env = pip_environment(env)
     base, top = base_layer(install), image_layer(install)
-    _require_disk([(layer, kind) for layer, kind in ((base, "base"), (top, "image")) if not layer.ready])
+    _require_disk([(layer, kind) for layer, kind in ((base, base_kind(install)), (top, "image")) if not layer.ready])
     if not (base.ready and top.ready):
         _require_pip()
-    _make(base, log, lambda part: _install_base(install, part, log, pip_env))
+    _make(base, log, lambda part: _install_base(install, part, log, pip_env),
+          record={"torch_index": install.torch_index})
     _make(top, log, lambda part: _install_image(install, base, part, log, pip_env))
     return [top, base]
 
@@ -220,7 +315,9 @@ def _require_disk(missing: Sequence[tuple[Layer, str]]) -> None:
             "--older-than 30d` or `--all` removes what no job uses), or set XDG_CACHE_HOME to a larger disk")
 
 
-def _make(layer: Layer, log: Path, install: object) -> None:
+def _make(layer: Layer, log: Path, install: object, *, record: Mapping[str, object] | None = None) -> None:
+    """Make ``layer`` with ``install`` (a callable of its ``.part`` folder) unless it is ready;
+    ``record`` is added to its manifest (the base layer's: where its torch came from)."""
     LAYERS.mkdir(parents=True, exist_ok=True)
     part = layer.path.with_name(layer.path.name + ".part")
     with open(layer.path.with_name(layer.path.name + ".lock"), "w") as lock:
@@ -233,22 +330,57 @@ def _make(layer: Layer, log: Path, install: object) -> None:
             shutil.rmtree(part, ignore_errors=True)
             raise BackendUnavailable(f"could not install {layer.what} into a framework layer (the DLC has them); "
                                      f"pip's output: {log}")
-        write_manifest(part)
+        write_manifest(part, record)
         (part / ".ready").touch()
         part.rename(layer.path)
 
 
 def _install_base(install: InstallSet, part: Path, log: Path, env: Mapping[str, str]) -> bool:
+    """The torch builds of ``install`` and what they need into ``part``: from its CPU index
+    (:func:`_install_from_index`) or from PyPI (this machine's index), as of the family's date."""
     if not install.torch:  # an image without torch builds (none of AWS's): an empty layer
         part.mkdir(parents=True)
         return True
-    pypi = env.get("PIP_INDEX_URL", "https://pypi.org/simple")
-    index = ["--index-url", install.torch_index, "--extra-index-url", pypi] if install.torch_index else []
     constraints = _constraints_file(part.with_name(part.name + ".constraints"), install.torch_constraints)
-    ok = _run_pip(["--target", str(part), *_date_args(install.torch_uploaded_prior_to), *index,
-                   "-c", str(constraints), *install.torch], log, env) == 0
-    constraints.unlink(missing_ok=True)
-    return ok
+    try:
+        if install.torch_index:
+            return _install_from_index(install, install.torch_index, part, log, env, constraints)
+        return _run_pip(["--target", str(part), *_date_args(install.torch_uploaded_prior_to),
+                         "-c", str(constraints), *install.torch], log, env) == 0
+    finally:
+        constraints.unlink(missing_ok=True)
+
+
+def _install_from_index(install: InstallSet, index: str, part: Path, log: Path, env: Mapping[str, str],
+                        constraints: Path) -> bool:
+    """The ``+cpu`` builds from ``index``, what they need from PyPI (``PIP_INDEX_URL`` of ``env``)
+    as of the family's date. pip's ``--uploaded-prior-to`` refuses an index without upload times, and
+    a PEP 503 HTML page has none, so: resolve the builds with both indexes and no date (pip's
+    ``--dry-run --report``: a name AWS left unpinned gets the build torch's pin allows), download
+    exactly those from ``index``, then install them from that folder (pip checks no date on local
+    files) with their requirements from PyPI, dated."""
+    wheels, report = part.with_name(part.name + ".wheels"), part.with_name(part.name + ".report.json")
+    shutil.rmtree(wheels, ignore_errors=True)
+    try:
+        if _run_pip(["--dry-run", "--ignore-installed", "--report", str(report), "--index-url", index,
+                     "--extra-index-url", env.get("PIP_INDEX_URL", PYPI), "-c", str(constraints), *install.torch],
+                    log, env) != 0:
+            return False
+        pins = _resolved(report, dlc.TORCH_TRIO)
+        if _run_pip(["--no-deps", "--dest", str(wheels), "--index-url", index, *pins], log, env, verb="download") != 0:
+            return False
+        return _run_pip(["--target", str(part), *_date_args(install.torch_uploaded_prior_to), "--find-links",
+                         str(wheels), "-c", str(constraints), *pins], log, env) == 0
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+        report.unlink(missing_ok=True)
+
+
+def _resolved(report: Path, names: Sequence[str]) -> list[str]:
+    """``name==version`` of each of ``names`` in pip's installation report (``--report``)."""
+    items = json.loads(report.read_text()).get("install", [])
+    found = {dlc.canonical_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+    return [f"{name}=={found[name]}" for name in names if name in found]
 
 
 def _install_image(install: InstallSet, base: Layer, part: Path, log: Path, env: Mapping[str, str]) -> bool:
@@ -307,8 +439,9 @@ def addsitedir_line(folder: Path) -> str:
     return f"import site; site.addsitedir({str(folder)!r})\n"
 
 
-def write_manifest(folder: Path) -> dict[str, object]:
-    """Record what ``folder`` (a site-packages layer) holds (:func:`emulator.backends.manifest.manifest`)."""
-    found: dict[str, object] = manifest.manifest([str(folder)])
+def write_manifest(folder: Path, record: Mapping[str, object] | None = None) -> dict[str, object]:
+    """Record what ``folder`` (a site-packages layer) holds (:func:`emulator.backends.manifest.manifest`),
+    with ``record`` added (the base layer's ``torch_index``: the CPU index its torch came from, None for PyPI)."""
+    found: dict[str, object] = {**manifest.manifest([str(folder)]), **(record or {})}
     (folder / MANIFEST).write_text(json.dumps(found, indent=1) + "\n")
     return found

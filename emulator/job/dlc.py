@@ -20,10 +20,12 @@ framework layers, :mod:`emulator.backends.layers`; the docker backend's images, 
   one (``==``, a wheel URL, the 2.11+ lock) and otherwise resolved as pip resolved it when AWS built
   the image: pip's ``--uploaded-prior-to`` the date of the image's last source change
   (:attr:`Image.date`), so an unpinned ``pandas`` is the pandas of that day, not today's;
-- torch, torchvision and torchaudio as PyPI publishes them (:func:`torch_requirements`): CUDA builds
-  that run on the CPU. AWS's own builds (``+cu124`` from AWS's S3, ``+cpu`` from
-  download.pytorch.org) are not on PyPI; ``SAGEMAKER_EMULATOR_TORCH_INDEX`` names an index that has
-  the exact builds (e.g. https://download.pytorch.org/whl/cpu for the CPU images), used where set;
+- torch, torchvision and torchaudio (:func:`torch_requirements`): the ``+cpu`` builds of AWS's
+  releases from the PyTorch CPU index (:data:`DEFAULT_TORCH_INDEX`, or the index
+  ``SAGEMAKER_EMULATOR_TORCH_INDEX`` names) where it is reachable when the layer is made — the CPU
+  images' exact builds; the GPU images ship AWS's ``+cu1xx`` builds, which need a GPU —, else PyPI's
+  builds of the same releases: CUDA builds (with their ``nvidia-*`` wheels) that run on the CPU.
+  ``SAGEMAKER_EMULATOR_TORCH_INDEX=pypi`` means PyPI only (:func:`torch_index_setting`);
 - the toolkits ``sagemaker-training``/``sagemaker-pytorch-training`` at the family's versions
   (:attr:`emulator.job.frameworks.Family.toolkit`: AWS's where documented, else the emulator's pins),
   installed after the rest without their own version requirements (the pins are newer than most
@@ -58,8 +60,15 @@ from ..errors import RequestError
 DATA = Path(__file__).with_name("dlc_images.json")
 #: What ``current`` (no DLC named) runs: the newest family's CPU image.
 CURRENT_IMAGE = "pytorch-2.13-cpu"
-#: An index with the DLC's exact torch builds (``+cpu``/``+cuXXX``), used where set.
+#: The index the torch builds come from where it is reachable (:func:`torch_index_setting`).
 TORCH_INDEX_VAR = "SAGEMAKER_EMULATOR_TORCH_INDEX"
+#: PyTorch's own index of its ``+cpu`` builds (what AWS's CPU DLCs install): the default of
+#: :data:`TORCH_INDEX_VAR`.
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+#: The value of :data:`TORCH_INDEX_VAR` that means PyPI's builds only (no CPU index, no probe).
+PYPI_ONLY = "pypi"
+#: The local version label of the builds a CPU index holds.
+CPU_LABEL = "cpu"
 #: The distributions that make up a family's torch (its framework layer's base; one build each).
 TORCH_TRIO = ("torch", "torchvision", "torchaudio")
 #: What the toolkit's ``pip install -r requirements.txt`` and builds need; every DLC has them.
@@ -315,7 +324,7 @@ class InstallSet:
     #: date, so every image of a family shares one set of torch builds.
     torch_uploaded_prior_to: str | None
     gaps: Mapping[str, str]  #: not installed, with the reason
-    torch_index: str | None  #: an index with the DLC's exact torch builds (None: PyPI's)
+    torch_index: str | None  #: the CPU index :attr:`torch` comes from (None: PyPI's builds)
 
     def key_material(self) -> list[str]:
         """What identifies the set (layer and image keys hash it)."""
@@ -329,11 +338,24 @@ def _strip_local(requirement: str) -> str:
     return re.sub(r"(==\s*[0-9][^,;\s+]*)\+[A-Za-z0-9.]+", r"\1", requirement)
 
 
+def torch_index_setting(environ: Mapping[str, str]) -> str | None:
+    """The CPU index the torch builds are taken from where it is reachable: the one
+    :data:`TORCH_INDEX_VAR` names, :data:`DEFAULT_TORCH_INDEX` where it is unset or empty (an empty
+    variable counts as unset, as the shell's ``${VAR:-default}`` does), None for :data:`PYPI_ONLY`
+    (any case): PyPI's builds, no probe. A trailing ``/`` is dropped."""
+    value = (environ.get(TORCH_INDEX_VAR) or "").strip()
+    if value.lower() == PYPI_ONLY:
+        return None
+    return (value or DEFAULT_TORCH_INDEX).rstrip("/")
+
+
 def torch_requirements(img: Image, *, index: str | None = None) -> tuple[str, ...]:
     """The torch builds of ``img``: exactly AWS's release of each of :data:`TORCH_TRIO` the image
-    ships. From PyPI (no ``index``): ``name===release``, the build PyPI publishes under that exact
-    version (a local ``+cpu`` build found elsewhere would not match torchvision's CUDA build);
-    from ``index``: AWS's exact version, local label included."""
+    ships (a name AWS leaves unpinned stays so: torch's own pin decides it). From PyPI (no
+    ``index``): ``name===release``, the build PyPI publishes under that exact version (a local
+    ``+cpu`` build found elsewhere would not match torchvision's CUDA build); from a CPU ``index``:
+    ``name==release+cpu`` on every image of the family (the CPU image's exact build; the GPU image's
+    AWS ``+cu1xx`` build needs a GPU), so the family's images still share one torch layer."""
     out = []
     for name in TORCH_TRIO:
         pkg = img.package(name)
@@ -343,10 +365,29 @@ def torch_requirements(img: Image, *, index: str | None = None) -> tuple[str, ..
         if version is None:
             out.append(name)
         elif index is not None:
-            out.append(f"{name}=={version}")
+            out.append(f"{name}=={version.split('+')[0]}+{CPU_LABEL}")
         else:
             out.append(f"{name}==={version.split('+')[0]}")
     return tuple(out)
+
+
+def torch_deviation(img: Image, *, index: str | None, torch: str) -> str | None:
+    """What differs between the torch builds a job's layer holds and ``img``'s (None: nothing):
+    ``index`` is where the layer's builds came from (None: PyPI), ``torch`` the version it holds."""
+    pkg = img.package("torch")
+    label = ((pkg.version if pkg else None) or "").partition("+")[2]
+    if img.device == "gpu":
+        theirs = f"AWS's +{label} builds" if label else "AWS's CUDA builds"
+    else:
+        theirs = f"the +{CPU_LABEL} builds from {DEFAULT_TORCH_INDEX}"
+    if index is None:
+        return (f"torch {torch} (and torchvision, torchaudio) are PyPI's builds, CUDA builds running on the CPU, "
+                f"not the DLC's own ({theirs}): its framework layer was made from PyPI (the CPU index was not "
+                f"reachable then, or {TORCH_INDEX_VAR}={PYPI_ONLY})")
+    if img.device == "gpu":
+        return (f"torch {torch} (and torchvision, torchaudio) are the +{CPU_LABEL} builds from {index}, not the "
+                f"DLC's own ({theirs}, which need a GPU)")
+    return None
 
 
 def install_set(img: Image, *, toolkit: tuple[str, str], constraints: Iterable[str] = (),
@@ -375,5 +416,6 @@ def install_set(img: Image, *, toolkit: tuple[str, str], constraints: Iterable[s
                       torch_uploaded_prior_to=(family_gpu or img).date, gaps=gaps, torch_index=torch_index)
 
 
-__all__ = ["CURRENT_IMAGE", "NOT_INSTALLABLE", "Image", "InstallSet", "Package", "huggingface_image", "image",
-           "images", "import_names", "install_set", "not_installable", "pytorch_image", "torch_requirements"]
+__all__ = ["CURRENT_IMAGE", "DEFAULT_TORCH_INDEX", "NOT_INSTALLABLE", "PYPI_ONLY", "TORCH_INDEX_VAR", "Image",
+           "InstallSet", "Package", "huggingface_image", "image", "images", "import_names", "install_set",
+           "not_installable", "pytorch_image", "torch_deviation", "torch_index_setting", "torch_requirements"]

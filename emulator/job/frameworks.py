@@ -18,6 +18,9 @@ AWS documents them. What is not, and is recorded as a deviation per job (:attr:`
 - torch: PyPI's x86_64 wheels are CUDA builds (1.12: CUDA libraries inside the wheel; 1.13 and
   2.x: ``nvidia-*`` wheels as dependencies, which ``import torch`` loads, so they are installed);
   they run on the CPU. The DLC's own builds (``+cpu``, or CUDA with AWS patches) are not on PyPI.
+  The process backend's framework layer takes the ``+cpu`` builds from the PyTorch CPU index where
+  it is reachable when the layer is made (:func:`emulator.backends.layers.torch_source`); the job's
+  ``job.json`` says which it holds (``TorchBuild``, :func:`record`).
   An older patch release (``framework_version="1.12.0"``) runs with the family's (1.12.1).
 - Toolkits: where the DLC's exact ``sagemaker-training`` / ``sagemaker-pytorch-training`` is not
   documented (1.12 to 2.10: the DLC Dockerfiles only give ranges such as
@@ -285,6 +288,15 @@ def _unknown(version: str, where: str) -> None:
                        allowed=_allowed_versions())
 
 
+def _torch_line(fam: Family) -> str:
+    """The deviation of the torch builds before a job's layer says which it holds (the docker backend's
+    images and ``plan``: PyPI's builds)."""
+    return (f"torch {fam.torch} (and torchvision, torchaudio) are PyPI's builds, CUDA builds running on the CPU, "
+            f"not the DLC's own (AWS's +cuXXX builds; +cpu on CPU images); the process backend's framework layer "
+            f"holds the +cpu builds where {dlc.DEFAULT_TORCH_INDEX} (or {dlc.TORCH_INDEX_VAR}) was reachable when it "
+            "was made")
+
+
 def _deviations(fam: Family, version: str, py: str, *, python: str | None = None,
                 python_from: str | None = None, toolkit: tuple[str | None, str | None] | None = None,
                 toolkit_from: str | None = None) -> tuple[str, ...]:
@@ -293,9 +305,7 @@ def _deviations(fam: Family, version: str, py: str, *, python: str | None = None
     out = []
     if version in fam.dlc_versions and version != fam.torch:
         out.append(f"torch {fam.torch} runs instead of the DLC's {version} (one image per family)")
-    out.append(f"torch {fam.torch} (and torchvision, torchaudio) are PyPI's builds, CUDA builds running on the "
-               f"CPU, not the DLC's own (AWS's +cuXXX builds; +cpu on CPU images), unless {dlc.TORCH_INDEX_VAR} "
-               "names an index that has those")
+    out.append(_torch_line(fam))
     python = python or fam.python
     python_from = python_from or f"Debian {fam.suite}'s python3"
     want = f"{py[2]}.{py[3:]}" if re.fullmatch(r"py3\d+", py) else None
@@ -452,12 +462,15 @@ def is_dlc_image(image_uri: str | None) -> bool:
 
 def record(selection: Selection | None, *, torch: str | None, python: str | None,
            toolkit: tuple[str | None, str | None] | None,
-           python_from: str | None = None, image: dlc.Image | None = None) -> dict[str, object]:
+           python_from: str | None = None, image: dlc.Image | None = None,
+           torch_build: Mapping[str, object] | None = None) -> dict[str, object]:
     """``job.json`` ``Emulator.Framework``: what the job asked (``selection``; None: nothing) and
     the torch, Python and toolkits that really ran (None where unknown, e.g. a user's image
     without them). ``python_from`` (the process backend: "this machine's interpreter") makes the
     deviations those of that Python and toolkit instead of the family image's. ``image``: the DLC
-    image whose packages the job sees (its id, source and what is not installed: ``Image``)."""
+    image whose packages the job sees (its id, source and what is not installed: ``Image``).
+    ``torch_build``: the torch builds the job's framework layer holds, by its own record
+    (:func:`emulator.backends.layers.torch_build`): ``TorchBuild``, and the torch deviation says them."""
     if selection is None or selection.family is None:
         fields: dict[str, object] = {
             "FrameworkVersion": selection.framework_version if selection else None,
@@ -476,7 +489,24 @@ def record(selection: Selection | None, *, torch: str | None, python: str | None
     if image is not None:
         fields["Image"] = {"Id": image.id, "Name": image.label, "Source": image.source,
                            "NotInstalled": image.gaps}
+    if torch_build is not None and image is not None:
+        fields["TorchBuild"] = dict(torch_build)
+        fields["Deviations"] = _with_torch_build(fields["Deviations"], image, torch_build,  # type: ignore[arg-type]
+                                                 selection.family if selection else None)
     return fields
+
+
+def _with_torch_build(deviations: list[str], image: dlc.Image, build: Mapping[str, object],
+                      fam: Family | None) -> list[str]:
+    """``deviations`` with the generic torch sentence replaced by what the layer's ``build`` holds."""
+    builds = build.get("Builds")
+    torch = str(builds.get("torch", "")) if isinstance(builds, Mapping) else ""
+    source = build.get("Source")
+    line = dlc.torch_deviation(image, index=None if source == "PyPI" else str(source),
+                               torch=torch or image.framework_version)
+    generic = _torch_line(fam) if fam is not None else None
+    out = [d for d in deviations if d != generic]
+    return [*out, line] if line else out
 
 
 def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:

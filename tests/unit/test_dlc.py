@@ -136,6 +136,24 @@ def test_torch_builds_come_from_pypi_or_the_index_named() -> None:
     assert dlc.torch_requirements(image) == ("torch===2.13.0", "torchvision===0.28.0", "torchaudio===2.11.0")
     assert dlc.torch_requirements(image, index="https://download.pytorch.org/whl/cpu") == (
         "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", "torchaudio==2.11.0+cpu")
+    # the GPU image ships AWS's CUDA builds (+cu130); from a CPU index it gets the +cpu builds of the same releases
+    gpu = dlc.pytorch_image("2.13", gpu=True)
+    assert dlc.torch_requirements(gpu, index="https://download.pytorch.org/whl/cpu") == (
+        "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", "torchaudio==2.11.0+cpu")
+    # 2.2: AWS pins torch==2.2.0 only; torchvision/torchaudio stay unpinned (torch's pin decides them)
+    old = dlc.pytorch_image("2.2", gpu=True)
+    assert dlc.torch_requirements(old, index="https://example.test/cpu") == ("torch==2.2.0+cpu", "torchvision",
+                                                                            "torchaudio")
+
+
+def test_the_torch_index_setting() -> None:
+    """Unset or empty: PyTorch's CPU index (https://download.pytorch.org/whl/cpu, PyTorch's install
+    instructions); ``pypi`` in any case: PyPI only; anything else: that index."""
+    var = "SAGEMAKER_EMULATOR_TORCH_INDEX"
+    assert dlc.torch_index_setting({}) == "https://download.pytorch.org/whl/cpu"
+    assert dlc.torch_index_setting({var: ""}) == "https://download.pytorch.org/whl/cpu"
+    assert dlc.torch_index_setting({var: "pypi"}) is None and dlc.torch_index_setting({var: " PyPI "}) is None
+    assert dlc.torch_index_setting({var: "http://mirror.local/whl/cpu/"}) == "http://mirror.local/whl/cpu"
 
 
 #: One module the 2.5 GPU DLC ships that the emulator cannot install (flash-attn), one no DLC ships,

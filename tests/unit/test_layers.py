@@ -7,15 +7,20 @@ Oracle: the wheel format (a ``.dist-info`` folder with ``METADATA`` and ``RECORD
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emulator.backends import layers, manifest
 from emulator.job import dlc, frameworks
+from tests import simple_index
 
 
 def _installed(site: Path, dist: str, files: dict[str, str]) -> None:
@@ -109,3 +114,171 @@ def test_a_layer_that_would_not_fit_is_refused_before_any_download(tmp_path: Pat
     assert done.stdout.startswith("BackendUnavailable") and "8.5 GB" in done.stdout and "GB are free" in done.stdout
     assert "cache prune" in done.stdout
     assert not log.exists() and not list(cache.rglob("*.part"))
+
+
+# -- where the torch builds come from (emulator/backends/layers.py torch_source, probe) -----------------
+CPU_INDEX_VERSION = "2.13.0+cpu"  #: AWS's 2.13 CPU DLC's torch (emulator/job/dlc_images.json, from AWS's uv.lock)
+
+
+def _of(image_id: str) -> Callable[[str | None], dlc.InstallSet]:
+    def of(index: str | None) -> dlc.InstallSet:
+        return frameworks.install_set(dlc.image(image_id), torch_index=index)
+    return of
+
+
+def _spy_probe(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every probe (the real one still runs) and forget earlier answers of this process."""
+    calls: list[str] = []
+    real = layers.probe
+
+    def spy(index: str, torch: str | None = None, **kwargs: Any) -> bool:
+        calls.append(index)
+        return real(index, torch, **kwargs)
+
+    monkeypatch.setattr(layers, "probe", spy)
+    monkeypatch.setattr(layers, "_PROBED", {})
+    return calls
+
+
+def _ready(layer: layers.Layer) -> None:
+    layer.path.mkdir(parents=True)
+    (layer.path / ".ready").touch()
+
+
+def test_a_family_shares_one_cpu_index_torch_layer_apart_from_pypis() -> None:
+    """From the CPU index every image of a family gets the same +cpu builds (one layer), in a layer of
+    its own: PyPI's CUDA builds are other files."""
+    def base(image_id: str, index: str | None) -> Path:
+        return layers.base_layer(frameworks.install_set(dlc.image(image_id), torch_index=index)).path
+
+    url = "https://download.pytorch.org/whl/cpu"
+    assert base("pytorch-2.5-cpu", url) == base("pytorch-2.5-gpu", url) \
+        == base("huggingface-4.49.0-pytorch-2.5-gpu", url)
+    assert base("pytorch-2.5-cpu", url) != base("pytorch-2.5-cpu", None)
+
+
+def test_an_existing_torch_layer_is_used_without_a_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer made from PyPI keeps being found, with the CPU index reachable and no network used;
+    where both exist the CPU index's is preferred."""
+    monkeypatch.setattr(layers, "LAYERS", tmp_path)
+    calls = _spy_probe(monkeypatch)
+    root = tmp_path / "index"
+    simple = simple_index.simple_folder(root, [simple_index.wheel(tmp_path / "w", "torch", CPU_INDEX_VERSION)])
+    with simple_index.serve(simple.parent) as (url, requested):
+        env = {dlc.TORCH_INDEX_VAR: f"{url}/simple"}
+        _ready(layers.base_layer(_of("pytorch-2.13-gpu")(None)))
+        assert layers.torch_source(_of("pytorch-2.13-gpu"), env).torch_index is None
+        _ready(layers.base_layer(_of("pytorch-2.13-gpu")(f"{url}/simple")))
+        assert layers.torch_source(_of("pytorch-2.13-cpu"), env).torch_index == f"{url}/simple"
+        assert calls == [] and requested == []
+
+
+def test_without_a_torch_layer_the_cpu_index_is_probed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No layer yet: one GET of <index>/torch/ (PEP 503's project page) decides, for every image of the family."""
+    monkeypatch.setattr(layers, "LAYERS", tmp_path / "layers")
+    calls = _spy_probe(monkeypatch)
+    simple = simple_index.simple_folder(tmp_path / "index", [simple_index.wheel(tmp_path / "w", "torch",
+                                                                                CPU_INDEX_VERSION)])
+    with simple_index.serve(simple.parent) as (url, requested):
+        env = {dlc.TORCH_INDEX_VAR: f"{url}/simple"}
+        for image_id in ("pytorch-2.13-cpu", "pytorch-2.13-gpu"):
+            chosen = layers.torch_source(_of(image_id), env)
+            assert chosen.torch_index == f"{url}/simple" and "torch==2.13.0+cpu" in chosen.torch
+        assert requested == ["/simple/torch/"] and len(calls) == 1
+
+
+def test_the_probe_answers_for_the_build_it_needs(tmp_path: Path) -> None:
+    """Reachable and listing torch 2.13.0+cpu (percent-encoded, as pip and download.pytorch.org write it):
+    yes; another version, a missing project page (404), nothing listening: no."""
+    simple = simple_index.simple_folder(tmp_path / "index", [simple_index.wheel(tmp_path / "w", "torch",
+                                                                                CPU_INDEX_VERSION)])
+    with simple_index.serve(simple.parent) as (url, _):
+        assert layers.probe(f"{url}/simple", CPU_INDEX_VERSION) and layers.probe(f"{url}/simple/")
+        assert not layers.probe(f"{url}/simple", "2.12.1+cpu")
+        assert not layers.probe(f"{url}/nowhere", CPU_INDEX_VERSION)
+    start = time.monotonic()
+    assert not layers.probe(f"http://127.0.0.1:{simple_index.closed_port()}/simple", CPU_INDEX_VERSION)
+    assert time.monotonic() - start < 5  # a refused connection: at once, well inside the 5-s probe
+
+
+def test_an_index_that_never_answers_is_given_up_after_the_timeout(tmp_path: Path) -> None:
+    """A listener that accepts and stays silent: the probe returns False once its timeout has passed."""
+    with simple_index.silent_port() as port:
+        start = time.monotonic()
+        assert not layers.probe(f"http://127.0.0.1:{port}/simple", CPU_INDEX_VERSION, timeout=0.5)
+        took = time.monotonic() - start
+    assert 0.5 <= took < 5, took
+
+
+def test_an_unreachable_index_falls_back_to_pypi_and_pypi_means_no_probe(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closed loopback port: PyPI's builds (the same install set as before the CPU index existed).
+    ``pypi``: PyPI's builds and no probe at all."""
+    monkeypatch.setattr(layers, "LAYERS", tmp_path)
+    calls = _spy_probe(monkeypatch)
+    closed = f"http://127.0.0.1:{simple_index.closed_port()}/simple"
+    start = time.monotonic()
+    assert layers.torch_source(_of("pytorch-2.5-gpu"), {dlc.TORCH_INDEX_VAR: closed}) == _of("pytorch-2.5-gpu")(None)
+    assert time.monotonic() - start < layers.PROBE_TIMEOUT + 5 and calls == [closed]
+    for value in ("pypi", "PYPI"):
+        assert layers.torch_source(_of("pytorch-2.8-gpu"), {dlc.TORCH_INDEX_VAR: value}).torch_index is None
+    assert calls == [closed]
+
+
+def test_job_json_says_which_torch_build_the_layer_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base layer's own record (its manifest) goes to Emulator.Framework.TorchBuild; the deviation
+    names AWS's builds: +cu124 on the 2.5 GPU image, +cpu on its CPU image (AWS's build files)."""
+    monkeypatch.setattr(layers, "LAYERS", tmp_path)
+    url = "https://download.pytorch.org/whl/cpu"
+    cpu_set, pypi_set = _of("pytorch-2.5-gpu")(url), _of("pytorch-2.5-gpu")(None)
+    assert layers.torch_build(cpu_set) is None  # not made yet
+    for install, version, index in ((cpu_set, "2.5.1+cpu", url), (pypi_set, "2.5.1", None)):
+        _ready(layers.base_layer(install))
+        (layers.base_layer(install).path / layers.MANIFEST).write_text(json.dumps(
+            {"distributions": {"torch": version, "numpy": "1.26.4"}, "torch_index": index}))
+    sel = frameworks.select("2.5.1")
+    gpu, cpu = dlc.image("pytorch-2.5-gpu"), dlc.image("pytorch-2.5-cpu")
+
+    def torch_lines(image: dlc.Image, install: dlc.InstallSet) -> tuple[object, list[str]]:
+        fields = frameworks.record(sel, torch=None, python="3.11.7", toolkit=None, python_from="this machine's",
+                                   image=image, torch_build=layers.torch_build(install))
+        return fields["TorchBuild"], [d for d in fields["Deviations"] if d.startswith("torch ")]  # type: ignore[attr-defined]
+
+    build, lines = torch_lines(gpu, pypi_set)
+    assert build == {"Source": "PyPI", "Builds": {"torch": "2.5.1"}}
+    assert len(lines) == 1 and "PyPI's builds" in lines[0] and "+cu124" in lines[0]
+    build, lines = torch_lines(gpu, cpu_set)
+    assert build == {"Source": url, "Builds": {"torch": "2.5.1+cpu"}}
+    assert len(lines) == 1 and f"+cpu builds from {url}" in lines[0] and "+cu124" in lines[0]
+    assert torch_lines(cpu, cpu_set)[1] == []  # the CPU DLC's own build: nothing differs
+
+
+def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path) -> None:
+    """A 5 GB cache disk (a tmpfs in a mount namespace; statvfs(2) is the oracle): a family's layers
+    with PyPI's CUDA torch (4.6 to 5.5 GB measured for the torch layer alone, README) are refused
+    before any download, with the prune fix; with the +cpu builds (torch 2.13.0+cpu: 0.76 GB installed)
+    they are not refused. ``ensure`` is not called: nothing may download here."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = ("from emulator.backends import layers; from emulator.job import dlc, frameworks\n"
+            "for index in (None, 'https://download.pytorch.org/whl/cpu'):\n"
+            "    install = frameworks.install_set(dlc.image('pytorch-2.5-gpu'), torch_index=index)\n"
+            "    try:\n"
+            "        layers._require_disk([(layers.base_layer(install), layers.base_kind(install)),\n"
+            "                              (layers.image_layer(install), 'image')])\n"
+            "        print(index, 'fits')\n"
+            "    except Exception as e:\n"
+            "        print(index, type(e).__name__, e)\n")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    done = subprocess.run(["unshare", *user, "--mount", "sh", "-c",
+                           f'mount -t tmpfs -o size=5g tmpfs "{cache}" && exec "$0" -c "$1"', sys.executable, code],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    if "mount" in done.stderr and done.returncode != 0:
+        pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    pypi, cpu = done.stdout.strip().splitlines()
+    assert pypi.startswith("None BackendUnavailable") and "GB are free" in pypi and "cache prune" in pypi
+    assert "5.4 GB are free" in pypi  # tmpfs's size=5g is 5 GiB: 5.37 GB
+    assert cpu == "https://download.pytorch.org/whl/cpu fits"

@@ -376,7 +376,7 @@ class ProcessBackend:
         """``Emulator.Framework``: this interpreter's Python and toolkits, and the torch the job
         environment holds (the framework's, once the environment is made)."""
         from ...job import frameworks
-        from .. import jobenv
+        from .. import jobenv, layers
 
         selection = plan.request.framework
         python = plan.runtime.python
@@ -384,7 +384,8 @@ class ProcessBackend:
             selection.family.torch if selection is not None and selection.family is not None else None
         return frameworks.record(selection, torch=torch, python=platform.python_version(),
                                  toolkit=_layer_toolkit(plan.request), python_from="this machine's interpreter",
-                                 image=plan.request.dlc_image)
+                                 image=plan.request.dlc_image,
+                                 torch_build=layers.torch_build(jobenv.install_of(plan.request)))
 
     def launch_spec(self, plan: JobPlan, *, job_id: str, scratch: Path, logs: Path) -> LaunchSpec:
         from ..materialise import host_mounts
