@@ -102,12 +102,7 @@ def test_a_layer_that_would_not_fit_is_refused_before_any_download(tmp_path: Pat
     code = ("import sys; from pathlib import Path; from emulator.backends import layers; from emulator.job import "
             "dlc, frameworks\ntry:\n    layers.ensure(frameworks.install_set(dlc.image(dlc.CURRENT_IMAGE)), "
             f"Path({str(log)!r}))\nexcept Exception as e:\n    print(type(e).__name__, e); sys.exit(3)")
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    done = subprocess.run(["unshare", *user, "--mount", "sh", "-c",
-                           f'mount -t tmpfs -o size=64m tmpfs "{cache}" && exec "$0" -c "$1"', sys.executable, code],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
-                               "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    done = _on_tmpfs(cache, "64m", code)
     if "mount" in done.stderr and done.returncode != 3:
         pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 3, done.stdout + done.stderr
@@ -269,12 +264,7 @@ def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path)
             "        print(index, 'fits')\n"
             "    except Exception as e:\n"
             "        print(index, type(e).__name__, e)\n")
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    done = subprocess.run(["unshare", *user, "--mount", "sh", "-c",
-                           f'mount -t tmpfs -o size=5g tmpfs "{cache}" && exec "$0" -c "$1"', sys.executable, code],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
-                               "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    done = _on_tmpfs(cache, "5g", code)
     if "mount" in done.stderr and done.returncode != 0:
         pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -282,3 +272,13 @@ def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path)
     assert pypi.startswith("None BackendUnavailable") and "GB are free" in pypi and "cache prune" in pypi
     assert "5.4 GB are free" in pypi  # tmpfs's size=5g is 5 GiB: 5.37 GB
     assert cpu == "https://download.pytorch.org/whl/cpu fits"
+
+
+def _on_tmpfs(cache: Path, size: str, code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a mount namespace where ``cache`` (XDG_CACHE_HOME) is a tmpfs of ``size``."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return subprocess.run(["unshare", *user, "--mount", "sh", "-c",
+                           f'mount -t tmpfs -o size={size} tmpfs "{cache}" && exec "$0" -c "$1"', sys.executable,
+                           code], capture_output=True, text=True, timeout=120, check=False,
+                          env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
