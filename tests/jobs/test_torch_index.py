@@ -15,7 +15,6 @@ each wheel landed, so which index it came from.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -81,13 +80,11 @@ def test_a_reachable_cpu_index_gives_the_cpu_builds(tmp_path: Path, indexes: tup
 
 def test_an_unreachable_cpu_index_falls_back_to_pypi(tmp_path: Path, indexes: tuple[str, str, list[str]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A closed loopback port: decided within the probe's timeout, and PyPI's builds install."""
+    """A closed loopback port: PyPI's builds are chosen, and they install."""
     _, pypi, _ = indexes
     monkeypatch.setattr(layers, "LAYERS", tmp_path / "layers")
     monkeypatch.setattr(layers, "_PROBED", {})
-    start = time.monotonic()
     install = layers.torch_source(_of, {dlc.TORCH_INDEX_VAR: f"http://127.0.0.1:{simple_index.closed_port()}/simple"})
-    assert time.monotonic() - start < layers.PROBE_TIMEOUT + 5  # plus pip's `config list`
     assert install.torch_index is None
     ok, found, log = _install(install, tmp_path, pypi, "pypi-layer")
     assert ok, log

@@ -191,9 +191,7 @@ def test_the_probe_answers_for_the_build_it_needs(tmp_path: Path) -> None:
         assert layers.probe(f"{url}/simple", CPU_INDEX_VERSION) and layers.probe(f"{url}/simple/")
         assert not layers.probe(f"{url}/simple", "2.12.1+cpu")
         assert not layers.probe(f"{url}/nowhere", CPU_INDEX_VERSION)
-    start = time.monotonic()
     assert not layers.probe(f"http://127.0.0.1:{simple_index.closed_port()}/simple", CPU_INDEX_VERSION)
-    assert time.monotonic() - start < 5  # a refused connection: at once, well inside the 5-s probe
 
 
 def test_an_index_that_never_answers_is_given_up_after_the_timeout(tmp_path: Path) -> None:
@@ -202,7 +200,7 @@ def test_an_index_that_never_answers_is_given_up_after_the_timeout(tmp_path: Pat
         start = time.monotonic()
         assert not layers.probe(f"http://127.0.0.1:{port}/simple", CPU_INDEX_VERSION, timeout=0.5)
         took = time.monotonic() - start
-    assert 0.5 <= took < 5, took
+    assert took >= 0.5, took  # it waited for the timeout (no upper bound: timings belong in bench)
 
 
 def test_an_unreachable_index_falls_back_to_pypi_and_pypi_means_no_probe(tmp_path: Path,
@@ -212,9 +210,8 @@ def test_an_unreachable_index_falls_back_to_pypi_and_pypi_means_no_probe(tmp_pat
     monkeypatch.setattr(layers, "LAYERS", tmp_path)
     calls = _spy_probe(monkeypatch)
     closed = f"http://127.0.0.1:{simple_index.closed_port()}/simple"
-    start = time.monotonic()
     assert layers.torch_source(_of("pytorch-2.5-gpu"), {dlc.TORCH_INDEX_VAR: closed}) == _of("pytorch-2.5-gpu")(None)
-    assert time.monotonic() - start < layers.PROBE_TIMEOUT + 5 and calls == [closed]
+    assert calls == [closed]
     for value in ("pypi", "PYPI"):
         assert layers.torch_source(_of("pytorch-2.8-gpu"), {dlc.TORCH_INDEX_VAR: value}).torch_index is None
     assert calls == [closed]
