@@ -342,10 +342,15 @@ def torch_index_setting(environ: Mapping[str, str]) -> str | None:
     """The CPU index the torch builds are taken from where it is reachable: the one
     :data:`TORCH_INDEX_VAR` names, :data:`DEFAULT_TORCH_INDEX` where it is unset or empty (an empty
     variable counts as unset, as the shell's ``${VAR:-default}`` does), None for :data:`PYPI_ONLY`
-    (any case): PyPI's builds, no probe. A trailing ``/`` is dropped."""
+    (any case): PyPI's builds, no probe. A trailing ``/`` is dropped. Anything else that is not an
+    http(s) or file URL: :class:`RequestError` naming the variable (a typo would otherwise mean PyPI
+    without a word)."""
     value = (environ.get(TORCH_INDEX_VAR) or "").strip()
     if value.lower() == PYPI_ONLY:
         return None
+    if value and not value.startswith(("http://", "https://", "file://")):
+        raise RequestError(TORCH_INDEX_VAR, f"{value!r} is not an index URL",
+                           allowed=f"an http://, https:// or file:// URL of a PEP 503 index, or {PYPI_ONLY!r}")
     return (value or DEFAULT_TORCH_INDEX).rstrip("/")
 
 

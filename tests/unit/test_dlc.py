@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from emulator.errors import RequestError
 from emulator.inhost import ROOT as INHOST
 from emulator.job import dlc, frameworks
 from emulator.job.instance_types import lookup
@@ -183,3 +184,11 @@ def test_the_rank_hint_tells_the_dlc_gap_from_the_job_gap() -> None:
     assert "does not ship it" in missing and "On SageMaker this job fails here too" in missing
     assert "emulator's gap" in unknown and "whether it imports on SageMaker is not known" in unknown
     assert "this import works" not in unknown and "fails here too" not in unknown
+
+
+def test_a_torch_index_that_is_not_a_url_is_refused_naming_the_variable() -> None:
+    """A typo (no scheme) would otherwise be probed, fail, and mean PyPI without a word."""
+    with pytest.raises(RequestError) as refused:
+        dlc.torch_index_setting({dlc.TORCH_INDEX_VAR: "download.pytorch.org/whl/cpu"})
+    assert refused.value.field == "SAGEMAKER_EMULATOR_TORCH_INDEX" and "pypi" in str(refused.value)
+    assert dlc.torch_index_setting({dlc.TORCH_INDEX_VAR: "file:///srv/index/"}) == "file:///srv/index"
