@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,31 @@ def test_a_torch_index_that_is_not_a_url_is_refused_naming_the_variable() -> Non
         dlc.torch_index_setting({dlc.TORCH_INDEX_VAR: "download.pytorch.org/whl/cpu"})
     assert refused.value.field == "SAGEMAKER_EMULATOR_TORCH_INDEX" and "pypi" in str(refused.value)
     assert dlc.torch_index_setting({dlc.TORCH_INDEX_VAR: "file:///srv/index/"}) == "file:///srv/index"
+
+
+PKG_RESOURCES_SCRIPT = """\
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from _sm_emulator_exits import missing_module_hint
+exc = ModuleNotFoundError("No module named 'pkg_resources'", name="pkg_resources")
+print(json.dumps(missing_module_hint(exc)))
+"""
+
+
+@pytest.mark.parametrize(("setuptools", "removed"), [("83.0.0", True), ("80.9.0", False)])
+def test_the_pkg_resources_hint_names_setuptools_and_never_blames_the_job(tmp_path: Path, setuptools: str,
+                                                                          removed: bool) -> None:
+    """``pkg_resources`` is setuptools' module; setuptools 82.0.0 removed it (setuptools' NEWS.rst,
+    "v82.0.0 ... pkg_resources has been removed"). AWS's 2.8 Dockerfile installs ``setuptools>=75.0.0``
+    unpinned, so whether the image SageMaker runs has it is not known: the hint says so, names this
+    job's setuptools and the requirements.txt line that gives it back, and never says the job fails there."""
+    info = tmp_path / f"setuptools-{setuptools}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: setuptools\nVersion: {setuptools}\n")
+    env = {**os.environ, "EMULATOR_DLC": "the PyTorch 2.8.0 GPU DLC"}
+    done = subprocess.run([sys.executable, "-c", PKG_RESOURCES_SCRIPT, str(tmp_path), str(INHOST / "site")],
+                          env=env, capture_output=True, text=True, check=True)
+    hint = json.loads(done.stdout)
+    assert f"this job's setuptools is {setuptools}" in hint and "'setuptools<82'" in hint
+    assert "is not known" in hint and "fails here too" not in hint and "does not ship" not in hint
+    assert ("removed pkg_resources" in hint) is removed

@@ -97,6 +97,8 @@ def missing_module_hint(exc: BaseException) -> str | None:
         gaps = json.loads(os.environ.get(ENV_DLC_GAPS) or "{}")
     except ValueError:
         gaps = {}
+    if top == "pkg_resources":
+        return _pkg_resources_hint(dlc)
     if isinstance(gaps, dict) and top in gaps:
         there = ("whether it imports on SageMaker is not known" if "on SageMaker is not known" in str(gaps[top])
                  else "on SageMaker this import works")
@@ -105,6 +107,35 @@ def missing_module_hint(exc: BaseException) -> str | None:
     return (f"No module named {top!r}: {dlc} does not ship it, and the job's requirements.txt did not install "
             f"it. On SageMaker this job fails here too: list the package that provides {top!r} in "
             "requirements.txt next to the entry point (the toolkit installs it before the script starts).")
+
+
+#: setuptools 82.0.0 (uploaded to PyPI 2026-02-08) is the first release without ``pkg_resources``
+#: (setuptools' changelog, "v82.0.0": pkg_resources removed).
+SETUPTOOLS_WITHOUT_PKG_RESOURCES = 82
+
+
+def _pkg_resources_hint(dlc: str) -> str:
+    """``pkg_resources`` is setuptools', not a distribution of its own. AWS's Dockerfiles install
+    setuptools unpinned or with a lower bound only (2.8: ``setuptools>=75.0.0``); the emulator resolves it
+    as of the image's date, as a build of that day did. Whether the image SageMaker runs today was
+    built before setuptools 82 is not known, so the hint never says the job fails there."""
+    try:
+        from importlib import metadata
+
+        version = metadata.version("setuptools")
+    except Exception:
+        version = None
+    if version is None:
+        here = "no setuptools is installed in this job"
+    else:
+        major = version.split(".")[0]
+        newer = major.isdigit() and int(major) >= SETUPTOOLS_WITHOUT_PKG_RESOURCES
+        here = (f"this job's setuptools is {version}" + (
+            f" (resolved as of {dlc}'s date, as AWS's unpinned setuptools line was; setuptools "
+            f"{SETUPTOOLS_WITHOUT_PKG_RESOURCES}.0.0 removed pkg_resources)" if newer else ""))
+    return (f"No module named 'pkg_resources': {here}. Whether the image SageMaker runs has a setuptools "
+            f"with pkg_resources is not known (a build after 2026-02-08 has none). A requirements.txt line "
+            f"'setuptools<{SETUPTOOLS_WITHOUT_PKG_RESOURCES}' gives it back, here and on SageMaker.")
 
 
 def _excepthook(original: object) -> object:
