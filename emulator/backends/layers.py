@@ -397,11 +397,7 @@ def _install_image(install: InstallSet, base: Layer, part: Path, log: Path, env:
         frozen = [f"{name}=={version}" for name, version in sorted(base.distributions().items())
                   if name in ("torch", "torchvision", "torchaudio")]
         constraints = _constraints_file(scratch / "constraints.txt", [*install.constraints, *frozen])
-        ok = _run_pip(["--no-warn-script-location", *_date_args(install.uploaded_prior_to), "-c", str(constraints),
-                       *install.packages], log, env, python=str(python)) == 0
-        if ok and install.no_deps:  # as AWS installs them: without their requirements
-            ok = _run_pip(["--no-warn-script-location", "--no-deps", *_date_args(install.uploaded_prior_to),
-                           *install.no_deps], log, env, python=str(python)) == 0
+        ok = _install_steps(install, python, constraints, log, env)
         if ok and install.toolkits:
             ok = _install_toolkits(install, python, scratch, log, env)
         if ok:
@@ -411,6 +407,24 @@ def _install_image(install: InstallSet, base: Layer, part: Path, log: Path, env:
         return ok
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _install_steps(install: InstallSet, python: Path, constraints: Path, log: Path, env: Mapping[str, str]) -> bool:
+    """The image's packages: one resolution (then its ``--no-deps`` ones), or with
+    :attr:`~emulator.job.dlc.InstallSet.steps` one pip run per step in AWS's order, then what the
+    image's own file uninstalls (pip cannot reach the base layer, so only what the steps installed)."""
+    steps = install.steps or dlc.single_steps(install)
+    for step in steps:
+        if not step.packages:
+            continue
+        held = [] if step.no_deps else ["-c", str(constraints)]
+        if _run_pip(["--no-warn-script-location", *(["--no-deps"] if step.no_deps else []),
+                     *_date_args(step.uploaded_prior_to), *held, *step.packages], log, env, python=str(python)) != 0:
+            return False
+    if install.uninstall:
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "uninstall", "-y", *install.uninstall],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=dict(env))
+    return True
 
 
 def _install_toolkits(install: InstallSet, python: Path, scratch: Path, log: Path, env: Mapping[str, str]) -> bool:

@@ -145,6 +145,8 @@ class Package:
     requirement: str  #: as a pip requirement (``torch==2.5.1+cu124``, ``numpy<2``, ``pandas``)
     version: str | None  #: the exact version where AWS pins or locks one
     no_deps: bool = False  #: AWS installs it with ``pip install --no-deps`` (its requirements unresolved)
+    #: pip: the line of the ``pip install`` command that installed it last (one resolution of AWS's build)
+    command: int | None = None
 
     @property
     def release(self) -> str | None:
@@ -258,7 +260,8 @@ def not_installable(pkg: Package, *, torch: str | None = None) -> str | None:
 
 
 def _package(raw: Mapping[str, Any]) -> Package:
-    return Package(canonical_name(raw["name"]), raw["requirement"], raw.get("version"), bool(raw.get("no_deps")))
+    return Package(canonical_name(raw["name"]), raw["requirement"], raw.get("version"), bool(raw.get("no_deps")),
+                   raw.get("command"))
 
 
 @functools.cache
@@ -309,6 +312,18 @@ def huggingface_image(transformers_version: str, *, field: str) -> Image:
 
 # -- what the emulator installs for an image ---------------------------------------------------------
 @dataclass(frozen=True)
+class InstallStep:
+    """One ``pip install`` of a layer: one resolution, as one ``pip install`` command of AWS's build is."""
+
+    packages: tuple[str, ...]
+    no_deps: bool  #: AWS's command has ``--no-deps``
+    uploaded_prior_to: str | None  #: pip's ``--uploaded-prior-to``
+
+    def key_material(self) -> list[str]:
+        return [*self.packages, "--no-deps" if self.no_deps else "", self.uploaded_prior_to or "", "\0"]
+
+
+@dataclass(frozen=True)
 class InstallSet:
     """What the emulator installs for an image, as pip requirements (see the module docstring)."""
 
@@ -325,12 +340,22 @@ class InstallSet:
     torch_uploaded_prior_to: str | None
     gaps: Mapping[str, str]  #: not installed, with the reason
     torch_index: str | None  #: the CPU index :attr:`torch` comes from (None: PyPI's builds)
+    #: Hugging Face (the process backend's layer): the installs in AWS's order, replacing
+    #: :attr:`packages` and :attr:`no_deps` (which the docker backend's image still installs in one
+    #: resolution): the base PyTorch image's set, then each ``pip install`` command of the Hugging Face
+    #: Dockerfile. One resolution of everything cannot always be solved where AWS's successive commands
+    #: are: the 4.56.2 image's ``s3fs==2025.9.0`` needs an older botocore than its base's boto3, which
+    #: AWS's last command simply downgrades (pip's ``resolution-too-deep`` otherwise).
+    steps: tuple[InstallStep, ...] = ()
+    uninstall: tuple[str, ...] = ()  #: with :attr:`steps`: what the image's own file uninstalls, last
 
     def key_material(self) -> list[str]:
         """What identifies the set (layer and image keys hash it)."""
+        staged = ["\0steps", *(m for step in self.steps for m in step.key_material()), *self.uninstall]
         return [self.image.id, *self.torch, "\0", *self.packages, "\0", *self.no_deps, "\0", *self.toolkits, "\0",
                 *self.constraints, "\0",
-                self.uploaded_prior_to or "", self.torch_uploaded_prior_to or "", self.torch_index or ""]
+                self.uploaded_prior_to or "", self.torch_uploaded_prior_to or "", self.torch_index or "",
+                *(staged if self.steps else [])]
 
 
 def _strip_local(requirement: str) -> str:
@@ -399,6 +424,7 @@ def install_set(img: Image, *, toolkit: tuple[str, str], constraints: Iterable[s
                 torch_index: str | None = None) -> InstallSet:
     """What the emulator installs for ``img`` (see the module docstring): the toolkits at
     ``toolkit`` (sagemaker-training, sagemaker-pytorch-training), the family's ``constraints``."""
+    constraints = tuple(constraints)
     packages: list[str] = []
     no_deps: list[str] = []
     gaps = img.gaps
@@ -414,13 +440,36 @@ def install_set(img: Image, *, toolkit: tuple[str, str], constraints: Iterable[s
     exact = [f"{n}=={v.split('+')[0]}" for n, v in sorted(locked.items())
              if n not in skip and not n.startswith(("nvidia-", "triton", "cuda-"))]
     family_gpu = images().get(f"pytorch-{img.family}-gpu")
+    steps: list[InstallStep] = []
+    if img.base is not None:
+        base = install_set(image(img.base), toolkit=toolkit, constraints=constraints, torch_index=torch_index)
+        steps = [*(base.steps or single_steps(base)), *_command_steps(img, skip)]
     return InstallSet(image=img, torch=torch_requirements(img, index=torch_index), packages=tuple(packages),
                       no_deps=tuple(no_deps), toolkits=(f"{kits[0]}=={toolkit[0]}", f"{kits[1]}=={toolkit[1]}"),
                       constraints=tuple([*exact, *constraints]), torch_constraints=tuple(constraints),
                       uploaded_prior_to=img.date,
-                      torch_uploaded_prior_to=(family_gpu or img).date, gaps=gaps, torch_index=torch_index)
+                      torch_uploaded_prior_to=(family_gpu or img).date, gaps=gaps, torch_index=torch_index,
+                      steps=tuple(steps), uninstall=img.uninstalled if steps else ())
+
+
+def single_steps(install: InstallSet) -> list[InstallStep]:
+    """A set without steps as steps: its packages in one resolution, then its ``--no-deps`` ones."""
+    out = [InstallStep(install.packages, False, install.uploaded_prior_to)]
+    if install.no_deps:
+        out.append(InstallStep(install.no_deps, True, install.uploaded_prior_to))
+    return out
+
+
+def _command_steps(img: Image, skip: set[str]) -> list[InstallStep]:
+    """What ``img``'s own file installs, one step per ``pip install`` command, in the file's order."""
+    by_command: dict[tuple[int, bool], list[str]] = {}
+    for pkg in img.own:
+        if pkg.name not in skip:
+            by_command.setdefault((pkg.command or 0, pkg.no_deps), []).append(_strip_local(pkg.requirement))
+    return [InstallStep(tuple(reqs), no_deps, img.date) for (_, no_deps), reqs in sorted(by_command.items())]
 
 
 __all__ = ["CURRENT_IMAGE", "DEFAULT_TORCH_INDEX", "NOT_INSTALLABLE", "PYPI_ONLY", "TORCH_INDEX_VAR", "Image",
-           "InstallSet", "Package", "huggingface_image", "image", "images", "import_names", "install_set",
-           "not_installable", "pytorch_image", "torch_deviation", "torch_index_setting", "torch_requirements"]
+           "InstallSet", "InstallStep", "Package", "huggingface_image", "image", "images", "import_names",
+           "install_set", "not_installable", "pytorch_image", "single_steps", "torch_deviation", "torch_index_setting",
+           "torch_requirements"]

@@ -221,3 +221,31 @@ def test_the_pkg_resources_hint_names_setuptools_and_never_blames_the_job(tmp_pa
     assert f"this job's setuptools is {setuptools}" in hint and "'setuptools<82'" in hint
     assert "is not known" in hint and "fails here too" not in hint and "does not ship" not in hint
     assert ("removed pkg_resources" in hint) is removed
+
+
+def test_a_huggingface_layer_installs_in_awss_order_one_resolution_per_pip_command() -> None:
+    """AWS's huggingface/pytorch/training/docker/2.8/py3/cu129/Dockerfile.gpu (f06ada0e08) is built
+    FROM the PyTorch 2.8.0 GPU image and runs, in this order: ``pip install`` of the Hugging Face
+    libraries (huggingface_hub, transformers, datasets, ...); ``pip install dill==0.3.8
+    multiprocess==0.70.16``; ``pip install pathos==0.3.3 --no-deps``; ``pip install --upgrade pip``;
+    ``pip uninstall -y sigopt``, ``pip uninstall -y ray pyctcdecode``; ``pip install -U pyarrow ...
+    "s3fs==2025.9.0" ... "urllib3>=2.5.0"``. One resolution of all of it with the base's boto3
+    stopped pip with resolution-too-deep (s3fs's aiobotocore needs an older botocore), which AWS's
+    last command simply installs."""
+    hf = dlc.huggingface_versions()["4.56.2"]
+    install = frameworks.install_set(hf)
+    base = frameworks.install_set(dlc.image("pytorch-2.8-gpu"))
+    assert install.steps[0] == dlc.InstallStep(base.packages, False, base.uploaded_prior_to)
+    own = install.steps[1:]
+    names = [{re.split(r"[<>=\[]", r)[0] for r in step.packages} for step in own]
+    libs = names.index({"huggingface-hub", "transformers", "datasets", "diffusers", "jinja2", "tensorboard",
+                        "bitsandbytes", "kernels", "evaluate", "accelerate", "ninja", "trl", "peft"})
+    assert names[libs + 1:] == [{"dill", "multiprocess"}, {"pathos"}, {"pip"},
+                                {"pyarrow", "cryptography", "pyopenssl", "pillow", "wheel", "setuptools", "s3fs",
+                                 "werkzeug", "filelock", "numpy", "shap", "urllib3"}]
+    assert [s.no_deps for s in own[libs:]] == [False, False, True, False, False]
+    assert "s3fs==2025.9.0" in own[-1].packages and all(s.uploaded_prior_to == hf.date for s in own)
+    assert set(install.uninstall) == {"sigopt", "ray", "pyctcdecode"}
+    # a PyTorch image has no steps: its layer's key, and so the layers already made, stay as they were
+    assert base.steps == () and base.uninstall == ()
+    assert "\0steps" not in base.key_material() and "\0steps" in install.key_material()

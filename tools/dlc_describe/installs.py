@@ -38,6 +38,7 @@ class Event:
     names: list[str] = field(default_factory=list)  # uninstall: canonical names; uv-sync: extras
     text: str = ""  # note text; uv-sync: pyproject path
     no_deps: bool = False  # pip install --no-deps: the package without its requirements
+    command: int = 0  # install: the line of the ``pip`` word of the command (one pip resolution)
 
 
 _PIP_OPTS_WITH_VALUE = {
@@ -280,7 +281,7 @@ def _pip_events(args: list[tuple[str, int]], ctx: RunContext, line0: int) -> lis
             if built and built[0] is req:
                 extra = [built[1]]
             events.append(Event("install", line, "pip", req, extra_lines=extra,
-                                no_deps=any(o == "--no-deps" for o, _, _ in opts)))
+                                no_deps=any(o == "--no-deps" for o, _, _ in opts), command=line0))
     elif sub == "uninstall":
         pos, _ = _options_and_positionals(rest, {"-r", "--requirement", "--root-user-action"})
         names = [canonical_name(a) for a, _ in pos if not a.startswith("\0")]
@@ -346,11 +347,15 @@ class Package:
     via: str
     lines: list[int]
     no_deps: bool = False  #: installed with ``pip install --no-deps`` (its requirements not resolved)
+    #: pip: the line of the ``pip install`` command that installed it last. Each such command is one
+    #: resolution in AWS's build, and a later one may change what an earlier one installed.
+    command: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON object (``lines`` sorted, without duplicates; ``no_deps`` only when set)."""
+        """The JSON object (``lines`` sorted, without duplicates; ``no_deps``, ``command`` only when set)."""
         return {"name": self.name, "requirement": self.requirement, "version": self.version, "via": self.via,
-                "lines": sorted(set(self.lines)), **({"no_deps": True} if self.no_deps else {})}
+                "lines": sorted(set(self.lines)), **({"no_deps": True} if self.no_deps else {}),
+                **({"command": self.command} if self.command else {})}
 
 
 def apply_events(events: Iterable[Event]) -> tuple[dict[str, Package], set[str]]:
@@ -365,7 +370,7 @@ def apply_events(events: Iterable[Event]) -> tuple[dict[str, Package], set[str]]
             if old:
                 lines = old.lines + lines
             packages[req.name] = Package(req.name, req.requirement, req.version, ev.via, sorted(set(lines)),
-                                         ev.no_deps)
+                                         ev.no_deps, ev.command or None)
             uninstalled.discard(req.name)
         elif ev.kind == "uninstall":
             for name in ev.names:
