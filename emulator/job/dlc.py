@@ -345,7 +345,11 @@ class InstallSet:
     #: resolution): the base PyTorch image's set, then each ``pip install`` command of the Hugging Face
     #: Dockerfile. One resolution of everything cannot always be solved where AWS's successive commands
     #: are: the 4.56.2 image's ``s3fs==2025.9.0`` needs an older botocore than its base's boto3, which
-    #: AWS's last command simply downgrades (pip's ``resolution-too-deep`` otherwise).
+    #: AWS's last command simply downgrades (pip's ``resolution-too-deep`` otherwise). The base's set
+    #: is resolved as of the earlier of the two images' dates: AWS built the Hugging Face image from
+    #: the PyTorch image of its day (4.56.2, 2026-03-17, on a 2.8 image whose file last changed on
+    #: 2026-07-16: resolved as of July, its boto3 1.43.50 does not import beside the botocore 1.41.5
+    #: that s3fs's aiobotocore 2.26 then installs, and the toolkit imports boto3).
     steps: tuple[InstallStep, ...] = ()
     uninstall: tuple[str, ...] = ()  #: with :attr:`steps`: what the image's own file uninstalls, last
 
@@ -443,7 +447,8 @@ def install_set(img: Image, *, toolkit: tuple[str, str], constraints: Iterable[s
     steps: list[InstallStep] = []
     if img.base is not None:
         base = install_set(image(img.base), toolkit=toolkit, constraints=constraints, torch_index=torch_index)
-        steps = [*(base.steps or single_steps(base)), *_command_steps(img, skip)]
+        steps = [*(_no_later_than(step, img.date) for step in base.steps or single_steps(base)),
+                 *_command_steps(img, skip)]
     return InstallSet(image=img, torch=torch_requirements(img, index=torch_index), packages=tuple(packages),
                       no_deps=tuple(no_deps), toolkits=(f"{kits[0]}=={toolkit[0]}", f"{kits[1]}=={toolkit[1]}"),
                       constraints=tuple([*exact, *constraints]), torch_constraints=tuple(constraints),
@@ -458,6 +463,15 @@ def single_steps(install: InstallSet) -> list[InstallStep]:
     if install.no_deps:
         out.append(InstallStep(install.no_deps, True, install.uploaded_prior_to))
     return out
+
+
+def _no_later_than(step: InstallStep, date: str | None) -> InstallStep:
+    """``step`` resolved as of ``date`` where its own date is later: a Hugging Face image is built
+    ``FROM`` its PyTorch image as that image was when the Hugging Face one was built (ISO dates compare
+    as text)."""
+    if date and step.uploaded_prior_to and date < step.uploaded_prior_to:
+        return InstallStep(step.packages, step.no_deps, date)
+    return step
 
 
 def _command_steps(img: Image, skip: set[str]) -> list[InstallStep]:

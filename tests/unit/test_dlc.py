@@ -235,7 +235,9 @@ def test_a_huggingface_layer_installs_in_awss_order_one_resolution_per_pip_comma
     hf = dlc.huggingface_versions()["4.56.2"]
     install = frameworks.install_set(hf)
     base = frameworks.install_set(dlc.image("pytorch-2.8-gpu"))
-    assert install.steps[0] == dlc.InstallStep(base.packages, False, base.uploaded_prior_to)
+    # the base's set as of the Hugging Face image's date, the earlier of the two
+    assert hf.date is not None and base.uploaded_prior_to is not None and hf.date < base.uploaded_prior_to
+    assert install.steps[0] == dlc.InstallStep(base.packages, False, hf.date)
     own = install.steps[1:]
     names = [{re.split(r"[<>=\[]", r)[0] for r in step.packages} for step in own]
     libs = names.index({"huggingface-hub", "transformers", "datasets", "diffusers", "jinja2", "tensorboard",
