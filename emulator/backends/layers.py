@@ -7,7 +7,8 @@ its DLC image (:func:`emulator.job.dlc.install_set`), in this order:
 1. the image layer, ``frameworks/<key>``: every other package of the image that installs here
    (pandas, scikit-learn, opencv, the toolkits, pip, ... ; Hugging Face: transformers, datasets,
    ...), resolved by pip in a venv that sees the base layer (so it installs only what is missing,
-   as AWS's successive ``pip install`` lines do), ``--uploaded-prior-to`` the image's date;
+   as AWS's successive ``pip install`` lines do), ``--uploaded-prior-to`` the image's date; a
+   Hugging Face image's in AWS's order, one pip run per step (:attr:`~emulator.job.dlc.InstallSet.steps`);
 2. the base layer, ``frameworks/<key>``: the family's torch, torchvision and torchaudio and what they
    need, shared by every image of the family (CPU, GPU, Hugging Face): the ``+cpu`` builds from the
    PyTorch CPU index where it is reachable when the layer is made (under 1 GB), else PyPI's CUDA
