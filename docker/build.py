@@ -16,7 +16,7 @@ files: emulator/backends/manifest.py), which the docker backend reads.
 Steps: hash the inputs (what is installed, the base image id, Dockerfile, this script, the context
 files); if ``sagemaker-emulator:<image id>-<hash>`` exists, stop; build the Debian base with
 ``build-base.sh`` (debootstrap; no Docker Hub) unless ``--base-image`` names one; write the build
-context ``docker/.build/<image id>/`` (requirements.in, constraints.txt, entrypoint.sh, manifest.py,
+context ``docker/.build/<image id>/`` (steps/: what each pip run installs, constraints.txt, entrypoint.sh, manifest.py,
 this machine's CA bundle, for a TLS-inspecting proxy); ``docker build``. pip runs inside the build
 (the default bridge network reaches PyPI), so this machine's pip and Python play no part.
 """
@@ -101,26 +101,49 @@ def base_tag(suite_name: str) -> str:
 
 
 def inputs(install: Any) -> dict[str, Any]:
-    """What the image installs: ``requirements`` (pip lines), ``constraints``, the date for pip's
-    ``--uploaded-prior-to``, and the modules the build imports to prove the venv works."""
+    """What the image installs: ``steps``, one pip run each in order (``requirements`` (pip lines),
+    ``date`` for pip's ``--uploaded-prior-to``, ``no_deps``), the torch builds in the first;
+    ``uninstall``; ``constraints``; and the modules the build imports to prove the venv works.
+
+    A PyTorch image is one resolution of the torch builds and its packages, then what AWS installs
+    with ``--no-deps``. A Hugging Face image follows AWS's order (:attr:`emulator.job.dlc.InstallSet.steps`):
+    its base image's set with the torch builds, then one run per ``pip install`` command of its own
+    file, then what that file uninstalls; one resolution of it all can have no answer (4.56.2)."""
+    dlc, _ = _emulator()
     img = install.image
-    requirements = [r.replace("===", "==") for r in install.torch] + list(install.packages)
+    torch = [r.replace("===", "==") for r in install.torch]
+    steps = [{"requirements": list(step.packages), "date": step.uploaded_prior_to or "", "no_deps": step.no_deps}
+             for step in install.steps or dlc.single_steps(install)]
+    steps[0]["requirements"] = torch + steps[0]["requirements"]
+    requirements = [r for step in steps for r in step["requirements"]]
     checks = ["torch", "sagemaker_training"] + (["mpi4py.MPI"] if "mpi4py" in img.distributions else [])
     # cv2 loads libGL and friends, the DLC's system libraries only the image's stage installs.
     image_checks = ["cv2"] if any(r.startswith("opencv-python") for r in requirements) else []
-    return {"requirements": requirements, "constraints": list(install.constraints), "no_deps": list(install.no_deps),
-            "toolkits": list(install.toolkits),
-            "date": install.uploaded_prior_to or "", "check": ", ".join(checks),
-            "image_check": ", ".join([*checks, *image_checks])}
+    return {"steps": [s for s in steps if s["requirements"]], "uninstall": list(install.uninstall),
+            "constraints": list(install.constraints), "toolkits": list(install.toolkits),
+            "check": ", ".join(checks), "image_check": ", ".join([*checks, *image_checks])}
+
+
+def step_files(data: dict[str, Any]) -> dict[str, str]:
+    """The context's ``steps/`` folder: ``NN.in`` per step, ``steps.txt`` (``file date flag`` lines
+    the Dockerfile reads in order; ``-`` for no date, ``no-deps`` or ``-``), ``uninstall.txt``."""
+    files: dict[str, str] = {}
+    order = []
+    for n, step in enumerate(data["steps"]):
+        name = f"{n:02d}.in"
+        files[name] = "".join(f"{r}\n" for r in step["requirements"])
+        order.append(f"{name} {step['date'] or '-'} {'no-deps' if step['no_deps'] else '-'}\n")
+    files["steps.txt"] = "".join(order)
+    files["uninstall.txt"] = "".join(f"{n}\n" for n in data["uninstall"])
+    return files
 
 
 def image_hash(install: Any, base_id: str) -> str:
     """Hash of an image's inputs: the base, what it installs, Dockerfile, this script, the context files."""
     h = hashlib.sha256(base_id.encode())
     data = inputs(install)
-    h.update("\n".join([install.image.id, image_python(install), *data["requirements"], "\0",
-                        *data["constraints"], "\0", *data["no_deps"], "\0", *data["toolkits"], data["date"],
-                        data["check"]]).encode())
+    h.update("\n".join([install.image.id, image_python(install), *(f"{k}\0{v}" for k, v in step_files(data).items()),
+                        "\0", *data["constraints"], "\0", *data["toolkits"], data["check"]]).encode())
     for path in (HERE / "Dockerfile", HERE / "build.py", MANIFEST_SCRIPT, *(HERE / n for n in CONTEXT_FILES)):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]
@@ -161,9 +184,10 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
     shutil.rmtree(ctx, ignore_errors=True)
     ctx.mkdir(parents=True)
     data = inputs(install)
-    (ctx / "requirements.in").write_text("".join(f"{r}\n" for r in data["requirements"]))
+    (ctx / "steps").mkdir()
+    for file, text in step_files(data).items():
+        (ctx / "steps" / file).write_text(text)
     (ctx / "constraints.txt").write_text("".join(f"{c}\n" for c in data["constraints"]))
-    (ctx / "no-deps.in").write_text("".join(f"{r}\n" for r in data["no_deps"]))
     shutil.copy2(MANIFEST_SCRIPT, ctx / "manifest.py")
     for file in CONTEXT_FILES:
         shutil.copy2(HERE / file, ctx / file)
@@ -176,7 +200,6 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
     cmd = ["build", "--force-rm", "--build-arg", f"BASE_IMAGE={base_image or base_tag(suite(install))}",
            "--build-arg", f"CHECK_IMPORTS={data['check']}",
            "--build-arg", f"IMAGE_CHECK_IMPORTS={data['image_check']}",
-           "--build-arg", f"UPLOADED_PRIOR_TO={data['date']}",
            "--build-arg", f"TOOLKITS={' '.join(data['toolkits'])}",
            "--build-arg", f"EXTRA_PACKAGES={' '.join(SUITE_PACKAGES.get(suite(install), ()))}",
            "-f", str(HERE / "Dockerfile"), "-t", tag, *(["-t", f"{REPO}:latest"] if latest else []),

@@ -94,3 +94,26 @@ def test_the_ci_example_image_copies_every_folder_the_wheel_is_built_from() -> N
     assert package_dirs and package_dirs <= copied, package_dirs - copied
     allowed = {line[1:] for line in (root / ".dockerignore").read_text().splitlines() if line.startswith("!")}
     assert copied <= allowed, copied - allowed
+
+
+def test_an_images_context_has_one_pip_run_per_step_in_awss_order() -> None:
+    """The docker build installs as the process backend's layers do: a PyTorch image in one
+    resolution with its torch builds (then its ``--no-deps`` ones); a Hugging Face image's base set
+    with the torch builds, then one run per ``pip install`` command of its own file (AWS's
+    huggingface/pytorch/training/docker/2.8/py3/cu129/Dockerfile.gpu ends with ``pip install -U ...
+    "s3fs==2025.9.0" ...`` after ``pip uninstall -y ray pyctcdecode``), then the uninstalls."""
+    build = _load(BUILD_SCRIPT, "sm_emulator_docker_build_steps")
+    dockerfile = (CHECKOUT_DOCKER / "Dockerfile").read_text()
+    assert "/tmp/steps/steps.txt" in dockerfile and "/tmp/steps/uninstall.txt" in dockerfile
+    plain = frameworks.install_set(dlc.image("pytorch-2.8-gpu"))
+    files = build.step_files(build.inputs(plain))
+    assert files["steps.txt"] == f"00.in {plain.uploaded_prior_to} -\n" and files["uninstall.txt"] == ""
+    torch = [r.replace("===", "==") for r in plain.torch]  # PyPI's builds: no local label to match exactly
+    assert files["00.in"].splitlines() == [*torch, *plain.packages]
+    hf = frameworks.install_set(dlc.huggingface_versions()["4.56.2"])
+    files = build.step_files(build.inputs(hf))
+    lines = [line.split() for line in files["steps.txt"].splitlines()]
+    assert len(lines) == len(hf.steps) and [flag == "no-deps" for _, _, flag in lines] == [s.no_deps for s in hf.steps]
+    assert files["00.in"].splitlines()[:len(torch)] == torch
+    assert "s3fs==2025.9.0" in files[lines[-1][0]].splitlines()
+    assert set(files["uninstall.txt"].split()) == {"ray", "pyctcdecode", "sigopt"}
