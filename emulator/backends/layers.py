@@ -76,7 +76,8 @@ KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", 
 #: packages": a family's torch from PyPI with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5;
 #: torch 2.13.0+cpu alone 0.76 GB installed, so a ``+cpu`` base layer with numpy, sympy, ... about
 #: 1 GB; an image layer 1.6 to 1.8 GB, a Hugging Face one 2.1 GB), with room for pip's unpacking.
-LAYER_BYTES = {"base": 6_000_000_000, "base-cpu": 1_500_000_000, "image": 2_500_000_000}
+#: ``base-none``: a set without torch builds (a stand-in image) makes an empty base layer.
+LAYER_BYTES = {"base": 6_000_000_000, "base-cpu": 1_500_000_000, "base-none": 0, "image": 2_500_000_000}
 #: How long the probe of the CPU index waits (to connect, and for each read) before PyPI is used.
 PROBE_TIMEOUT = 5.0
 #: pip's default index (where the layers' pip configuration names none).
@@ -134,6 +135,8 @@ def base_layer(install: InstallSet) -> Layer:
 
 def base_kind(install: InstallSet) -> str:
     """The :data:`LAYER_BYTES` key of ``install``'s base layer: its size depends on its source."""
+    if not install.torch:
+        return "base-none"
     return "base-cpu" if install.torch_index else "base"
 
 

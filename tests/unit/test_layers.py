@@ -249,7 +249,8 @@ def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path)
     """A 5 GB cache disk (a tmpfs in a mount namespace; statvfs(2) is the oracle): a family's layers
     with PyPI's CUDA torch (4.6 to 5.5 GB measured for the torch layer alone, README) are refused
     before any download, with the prune fix; with the +cpu builds (torch 2.13.0+cpu: 0.76 GB installed)
-    they are not refused. ``ensure`` is not called: nothing may download here."""
+    they are not refused, nor is a set without torch builds (its base layer is empty). ``ensure`` is
+    not called: nothing may download here."""
     cache = tmp_path / "cache"
     cache.mkdir()
     code = ("from emulator.backends import layers; from emulator.job import dlc, frameworks\n"
@@ -260,15 +261,22 @@ def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path)
             "                              (layers.image_layer(install), 'image')])\n"
             "        print(index, 'fits')\n"
             "    except Exception as e:\n"
-            "        print(index, type(e).__name__, e)\n")
+            "        print(index, type(e).__name__, e)\n"
+            "import dataclasses\n"
+            "bare = dataclasses.replace(install, torch=(), torch_index=None)\n"
+            "layers._require_disk([(layers.base_layer(bare), layers.base_kind(bare)),\n"
+            "                      (layers.image_layer(bare), 'image')])\n"
+            "print('no torch builds fits')\n")
     done = _on_tmpfs(cache, "5g", code)
     if "mount" in done.stderr and done.returncode != 0:
         pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stdout + done.stderr
-    pypi, cpu = done.stdout.strip().splitlines()
+    pypi, cpu, bare = done.stdout.strip().splitlines()
     assert pypi.startswith("None BackendUnavailable") and "GB are free" in pypi and "cache prune" in pypi
     assert "5.4 GB are free" in pypi  # tmpfs's size=5g is 5 GiB: 5.37 GB
     assert cpu == "https://download.pytorch.org/whl/cpu fits"
+    # a set without torch builds (a test's stand-in image) makes an empty base layer: not counted
+    assert bare == "no torch builds fits"
 
 
 def _on_tmpfs(cache: Path, size: str, code: str) -> subprocess.CompletedProcess[str]:
