@@ -345,7 +345,7 @@ def test_max_runtime_keeps_every_host_and_shell_enters_algo_2(tmp_path: Path, re
     assert sorted(record.hosts) == ["algo-1", "algo-2"] and record.data["reason"] == "max-runtime"
     assert record.job_dir in [j.job_dir for j in kept.find_all()]
     done = cli("shell", str(result.job_dir), "algo-2", "--", "hostname")
-    assert (done.returncode, done.stdout) == (0, "algo-2\n")
+    assert (done.returncode, done.stdout) == (0, "algo-2\n"), (done.stderr, postmortem.processes(result.job_dir))
     kept.reap(result.job_dir)
     assert left_after_reap(request.job_name) == {}
     assert not record.scratch.exists()

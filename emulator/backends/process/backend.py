@@ -227,6 +227,8 @@ class ProcessJob:
         kept: dict[str, Any] = {}
         for name, h in self.hosts.items():
             root = h.root_pid() if h.poll() is None else None
+            if root is not None:
+                _wait_set_up(root, HOST_START_TIMEOUT)
             stat = P.proc_stat(root) if root is not None else None
             if stat is not None:
                 h.signal(signal.SIGSTOP)
@@ -667,6 +669,21 @@ def needed_paths(host: HostLaunch, python: str | None = None) -> tuple[list[str]
     rw = reduce(writable)
     ro = [p for p in reduce(candidates) if not any(p == w or p.startswith(w + "/") for w in rw)]
     return ro, rw
+
+
+def _wait_set_up(root: int, timeout: float) -> None:
+    """Wait (at most ``timeout``) until the host whose PID 1 is ``root`` is set up. A host's PID 1 is
+    bwrap while it makes the host's mounts and then execs the host's command (``--as-pid-1``); a host
+    frozen before that exec keeps a half-made filesystem, which ``emulator shell`` cannot run a
+    command in. Returns at once when ``/proc/<root>/exe`` cannot be read."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(os.readlink(f"/proc/{root}/exe")).name != "bwrap":
+                return
+        except OSError:
+            return
+        time.sleep(0.02)
 
 
 def bwrap_argv(host: HostLaunch, scratch: Path, *, python: str | None = None) -> list[str]:
