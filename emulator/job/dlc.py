@@ -340,10 +340,10 @@ class InstallSet:
     torch_uploaded_prior_to: str | None
     gaps: Mapping[str, str]  #: not installed, with the reason
     torch_index: str | None  #: the CPU index :attr:`torch` comes from (None: PyPI's builds)
-    #: Hugging Face (the process backend's layer): the installs in AWS's order, replacing
-    #: :attr:`packages` and :attr:`no_deps` (which the docker backend's image still installs in one
-    #: resolution): the base PyTorch image's set, then each ``pip install`` command of the Hugging Face
-    #: Dockerfile. One resolution of everything cannot always be solved where AWS's successive commands
+    #: Hugging Face (both backends: the process layer, the docker image's ``steps/``): the installs
+    #: in AWS's order, replacing :attr:`packages` and :attr:`no_deps`: the base PyTorch image's set,
+    #: then each ``pip install`` command of the Hugging Face Dockerfile. One resolution of everything
+    #: cannot always be solved where AWS's successive commands
     #: are: the 4.56.2 image's ``s3fs==2025.9.0`` needs an older botocore than its base's boto3, which
     #: AWS's last command simply downgrades (pip's ``resolution-too-deep`` otherwise). The base's set
     #: is resolved as of the earlier of the two images' dates: AWS built the Hugging Face image from
