@@ -13,7 +13,9 @@ AWS documents them. What is not, and is recorded as a deviation per job (:attr:`
 
 - Python: the images use Debian's ``python3`` (bullseye 3.9, bookworm 3.11, trixie 3.13). A DLC
   Python Debian lacks runs on the next newer one (py38 -> 3.9, py310 -> 3.11, py312 -> 3.13),
-  so syntax and standard library the script was written for are there; the torch 2.13 family
+  so syntax and standard library the script was written for are there, except where a family
+  says why not (:attr:`Family.python_why`): the 2.6 to 2.9 families' py312 runs on 3.11 because
+  their DLC files pin ``thinc==8.3.4``, which has no release for 3.13; the torch 2.13 family
   uses 3.11 because the only CPU build of torch 2.13 this machine has is for CPython 3.11.
 - torch: PyPI's x86_64 wheels are CUDA builds (1.12: CUDA libraries inside the wheel; 1.13 and
   2.x: ``nvidia-*`` wheels as dependencies, which ``import torch`` loads, so they are installed);
@@ -92,6 +94,8 @@ class Family:
     #: The pytorch-lightning release the emulator tests this family with. No PyTorch DLC ships
     #: Lightning: jobs install it through requirements.txt, as on SageMaker.
     lightning: str | None = None
+    #: Why :attr:`python` is not the next newer Debian Python than the DLC's (None: it is).
+    python_why: str | None = None
 
     @property
     def suite(self) -> str:
@@ -123,6 +127,10 @@ _LOCKED = "aws/deep-learning-containers docker/pytorch/{v}/cpu/uv.lock"
 #: pip 24.1 refuses the legacy metadata of 2022-era wheels (pytorch-lightning 1.6.3 declares
 #: ``torch (>=1.8.*)``: "Please use pip<24.1"); those DLCs had the pip of their time.
 _OLD_PIP = "pip<24.1"
+#: Why the 2.6 to 2.9 images run 3.11 for the DLC's 3.12 rather than 3.13: their DLC files pin
+#: ``thinc==8.3.4`` (spaCy's), whose PyPI release declares ``Requires-Python <3.13,>=3.9``, so
+#: ``pip install`` finds no version on 3.13 (checked with ``pip download --python-version``).
+_THINC = "AWS pins thinc==8.3.4, which has no release for Python 3.13"
 FAMILIES: tuple[Family, ...] = (
     Family("1.12", ("1.12.0", "1.12.1"), ("py38",), "1.12.1", "3.9",
            ("3.7", "3.10"), constraints=("numpy<2", _OLD_PIP), lightning="1.6.3"),
@@ -137,18 +145,18 @@ FAMILIES: tuple[Family, ...] = (
     Family("2.3", ("2.3.0",), ("py311",), "2.3.0", "3.11", ("3.8", "3.12")),
     Family("2.4", ("2.4.0",), ("py311",), "2.4.0", "3.11", ("3.8", "3.12")),
     Family("2.5", ("2.5.1",), ("py311",), "2.5.1", "3.11", ("3.9", "3.13")),
-    Family("2.6", ("2.6.0",), ("py312",), "2.6.0", "3.13", ("3.9", "3.13")),
-    Family("2.7", ("2.7.1",), ("py312",), "2.7.1", "3.13", ("3.9", "3.13")),
-    Family("2.8", ("2.8.0",), ("py312",), "2.8.0", "3.13", ("3.9", "3.13")),
-    Family("2.9", ("2.9.0",), ("py312",), "2.9.0", "3.13", ("3.10", "3.14")),
+    Family("2.6", ("2.6.0",), ("py312",), "2.6.0", "3.11", ("3.9", "3.13"), python_why=_THINC),
+    Family("2.7", ("2.7.1",), ("py312",), "2.7.1", "3.11", ("3.9", "3.13"), python_why=_THINC),
+    Family("2.8", ("2.8.0",), ("py312",), "2.8.0", "3.11", ("3.9", "3.13"), python_why=_THINC),
+    Family("2.9", ("2.9.0",), ("py312",), "2.9.0", "3.11", ("3.10", "3.14"), python_why=_THINC),
     Family("2.10", ("2.10.0",), ("py313",), "2.10.0", "3.13", ("3.10", "3.14")),
     Family("2.11", ("2.11.0",), ("py312",), "2.11.0", "3.13", ("3.10", "3.14"),
            toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.11")),
     Family("2.12", ("2.12.1",), ("py312",), "2.12.1", "3.13", ("3.10", "3.14"),
            toolkit=("5.1.1", "3.0.0"), toolkit_source=_LOCKED.format(v="2.12")),
-    # Python 3.11 (bookworm), as the process backend's CI interpreter; the DLC's is 3.12.
     Family("2.13", ("2.13.0",), ("py312",), "2.13.0", "3.11", ("3.10", "3.14"), toolkit=("5.1.1", "3.0.0"),
-           toolkit_source=_LOCKED.format(v="2.13"), lightning="2.6.6"),
+           toolkit_source=_LOCKED.format(v="2.13"), lightning="2.6.6",
+           python_why="the only CPU build of torch 2.13 here is for CPython 3.11"),
 )
 _BY_NAME = {f.name: f for f in FAMILIES}
 _BY_VERSION = {v: f for f in FAMILIES for v in f.dlc_versions}
@@ -306,11 +314,12 @@ def _deviations(fam: Family, version: str, py: str, *, python: str | None = None
     if version in fam.dlc_versions and version != fam.torch:
         out.append(f"torch {fam.torch} runs instead of the DLC's {version} (one image per family)")
     out.append(_torch_line(fam))
+    why = f"; {fam.python_why}" if fam.python_why and python_from is None else ""
     python = python or fam.python
     python_from = python_from or f"Debian {fam.suite}'s python3"
     want = f"{py[2]}.{py[3:]}" if re.fullmatch(r"py3\d+", py) else None
     if want and want != python:
-        out.append(f"Python {python} runs instead of the DLC's {want} ({python_from})")
+        out.append(f"Python {python} runs instead of the DLC's {want} ({python_from}{why})")
     kit = toolkit or fam.toolkit
     whose = toolkit_from or ("the emulator's pins" if kit == fam.toolkit else "this machine's")
     if kit != fam.toolkit and fam.toolkit_source is not None:

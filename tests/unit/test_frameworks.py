@@ -16,7 +16,7 @@ import pytest
 
 import emulator
 from emulator.errors import RequestError
-from emulator.job import frameworks
+from emulator.job import dlc, frameworks
 
 image_uris = pytest.importorskip("sagemaker.image_uris")
 
@@ -190,6 +190,24 @@ def test_every_family_has_a_debian_python_and_a_tag_name() -> None:
         assert re.fullmatch(r"torch\d+\.\d+", fam.tag_name)
         assert fam.runs_on(tuple(map(int, fam.python.split("."))))  # type: ignore[arg-type]
         assert [r["family"] for r in frameworks.table([fam])] == [fam.name]
+
+
+#: Python versions with a release of thinc 8.3.4 on PyPI: its metadata says
+#: ``Requires-Python: <3.13,>=3.9`` (https://pypi.org/project/thinc/8.3.4/; ``pip download
+#: thinc==8.3.4 --python-version 3.13`` finds none, 3.11 finds a cp311 wheel).
+THINC_834_PYTHONS = ("3.9", "3.10", "3.11", "3.12")
+
+
+def test_a_family_pinning_thinc_834_runs_a_python_thinc_has_a_release_for() -> None:
+    pinned = {im.family for im in dlc.images().values() if any(p.requirement == "thinc==8.3.4" for p in im.packages)}
+    assert pinned == {"2.6", "2.7", "2.8", "2.9"}  # AWS's 2.6 to 2.9 Dockerfiles (dlc_images.json)
+    for name in pinned:
+        fam = frameworks.family(name)
+        assert fam.python in THINC_834_PYTHONS, name
+        assert fam.python_why and "thinc==8.3.4" in fam.python_why
+        lines = frameworks.select(name).deviations  # type: ignore[union-attr]
+        assert any(f"Python {fam.python} runs instead of the DLC's 3.12" in x and "thinc" in x
+                   for x in lines), lines
 
 
 HF = image_uris.config_for_framework("huggingface")["training"]
