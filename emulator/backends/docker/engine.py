@@ -83,6 +83,14 @@ def client(timeout: float = API_TIMEOUT) -> Any:
     return made
 
 
+def data_root() -> str | None:
+    """The engine's data folder (``docker info``'s ``DockerRootDir``), or None when it cannot say."""
+    try:
+        return str(client().info().get("DockerRootDir") or "") or None
+    except Exception:  # an engine that cannot answer: the build itself then says what is wrong
+        return None
+
+
 def image_id(image: str) -> str:
     """The id of ``image`` on the engine; :class:`BackendUnavailable` when it is not there."""
     c = client()

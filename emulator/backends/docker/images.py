@@ -26,6 +26,7 @@ import functools
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,13 @@ if TYPE_CHECKING:
     from ...job.request import JobRequest
 
 LOGS = cache_dir("images")
+#: Free disk a cold image build needs at docker's data root at its peak (the pip step's container
+#: layer, its commit, which the legacy builder copies, then the final stage's copy of /opt/venv,
+#: before the builder stage is removed). Measured here on 2026-12-06: the Hugging Face 4.56.2 image
+#: (9.2 GB) took 24 GB at the peak, and with 22 GB free its build failed after minutes with "no space
+#: left on device". Families whose torch brings nvidia-* wheels make 6.7 to 9.2 GB images; 1.12's
+#: (CUDA inside its wheel) is 3.2 GB, so it is asked for proportionally less.
+BUILD_PEAK_BYTES = {"nvidia": 25 * 10**9, "1.12": 10 * 10**9}
 #: Lines of the build's output shown on the console (the rest goes to the log).
 PROGRESS_PREFIXES = ("image:", "build-base: built", "build-base: debootstrap")
 
@@ -115,6 +123,7 @@ def build(image: dlc.Image, *, say: Callable[[str], None] = print) -> str:
         tag = built_image(image)
         if tag:
             return tag
+        require_disk(image, engine.data_root())
         minutes = _build_module().estimate(frameworks.install_set(image))
         log = LOGS / f"{image.id}.log"
         say(f"building the image of {image.label} (≈ {minutes} min, once); log: {log}")
@@ -124,6 +133,23 @@ def build(image: dlc.Image, *, say: Callable[[str], None] = print) -> str:
         raise BackendUnavailable(f"the image of {image.label} was built but its tag is missing; "
                                  f"see {LOGS / (image.id + '.log')}")
     return tag
+
+
+def require_disk(image: dlc.Image, root: str | None) -> None:
+    """Refuse a build of ``image`` that would not fit at docker's data root ``root``
+    (:data:`BUILD_PEAK_BYTES`) before anything is downloaded, naming the numbers and how to make
+    room. No check where that folder is not on this machine (None or missing: a remote engine, or a
+    client in a container without it)."""
+    if not root or not os.path.isdir(root):
+        return
+    need = BUILD_PEAK_BYTES["1.12" if image.family == "1.12" else "nvidia"]
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise BackendUnavailable(
+            f"building the image of {image.label} needs about {need / 1e9:.0f} GB free at docker's data root "
+            f"{root} at its peak and {free / 1e9:.1f} GB are free, so nothing was built: make room "
+            "(`python -m emulator cache` lists the emulator's images and layers; `python -m emulator cache prune "
+            "--older-than 30d` or `--all` removes what no job uses), or run the job on the process backend")
 
 
 @dataclass(frozen=True)

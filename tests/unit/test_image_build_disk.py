@@ -1,0 +1,41 @@
+"""A docker image build that would not fit is refused before it starts (emulator/backends/docker/images.py).
+
+The need is the measured peak of a cold build (``images.BUILD_PEAK_BYTES``); the free space comes
+from the folder's file system (``shutil.disk_usage``), so the tests set the need around it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from emulator.backends.docker import images
+from emulator.errors import BackendUnavailable
+from emulator.job import dlc
+
+
+def test_a_build_that_would_not_fit_is_refused_naming_the_numbers_and_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free + 10**12)
+    image = dlc.huggingface_image("4.56.2", field="image_uri")
+    with pytest.raises(BackendUnavailable) as info:
+        images.require_disk(image, str(tmp_path))
+    message = str(info.value)
+    assert image.label in message and str(tmp_path) in message
+    assert f"needs about {(free + 10**12) / 1e9:.0f} GB" in message and f"{free / 1e9:.1f} GB are free" in message
+    assert "python -m emulator cache prune" in message
+
+
+def test_a_build_that_fits_or_an_engine_folder_not_here_is_not_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free // 2)
+    monkeypatch.setitem(images.BUILD_PEAK_BYTES, "1.12", free + 10**12)
+    images.require_disk(dlc.pytorch_image("2.5", gpu=True), str(tmp_path))  # fits
+    with pytest.raises(BackendUnavailable):  # 1.12 has its own need
+        images.require_disk(dlc.pytorch_image("1.12", gpu=True), str(tmp_path))
+    images.require_disk(dlc.pytorch_image("1.12", gpu=True), None)  # the engine did not say
+    images.require_disk(dlc.pytorch_image("1.12", gpu=True), str(tmp_path / "elsewhere"))  # a remote engine's
