@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,16 @@ def run(profile: str, dist: Any, out: Path, name: str, *args: str) -> JobResult:
                         echo=False, stop_grace=2, profile=profile)
 
 
+def both_profiles(dist: Any, out: Path, name: str, *args: str) -> tuple[JobResult, JobResult]:
+    """The same job in ``exact`` and ``ci``, at the same time (two jobs at once are independent:
+    ``tests/jobs/test_jobs.py::test_two_jobs_at_once_do_not_interfere``): the ``exact`` MPI-family
+    jobs' 30-s toolkit sleep after ``mpirun`` then overlaps the ``ci`` job instead of idling."""
+    with ThreadPoolExecutor(2) as pool:
+        exact = pool.submit(run, "exact", dist, out, name, *args)
+        ci = pool.submit(run, "ci", dist, out, name, *args)
+        return exact.result(), ci.result()
+
+
 #: torch_distributed runs once, with the Lightning fit: its ranks dump before their Lightning import
 #: (process_dump.py), so one job compares what a plain torch_distributed job would and the fit too.
 CASES = [*((name, dist, ()) for name, dist in DISTRIBUTIONS.items() if name != "torch_distributed"),
@@ -141,8 +152,7 @@ def test_ci_profile_changes_nothing_a_script_sees(name: str, dist: Any, args: tu
                                                   tmp_path: Path) -> None:
     if name in ("pytorchddp", "smdistributed", "mpi"):
         require_mpi()
-    exact = run("exact", dist, tmp_path, name, *args)
-    ci = run("ci", dist, tmp_path, name, *args)
+    exact, ci = both_profiles(dist, tmp_path, name, *args)
     assert job_facts(ci) == job_facts(exact)
     assert exact.status == ("Failed" if name == "failing" else "Completed"), exact.failure_reason
     a, b = dumps(exact), dumps(ci)
