@@ -10,6 +10,10 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
+#: ``--no-compile``: pip would byte-compile every file it installs (torch's thousands) up front; Python
+#: compiles what a test imports on first use instead. Measured here: torch 27 s -> 11 s, the SDK v3
+#: extras 180 s -> 135 s, per fresh environment (each CI run on a clean clone makes two).
+PIP = ("--no-compile",)
 CONSTRAINTS = ("-c", "constraints.txt")
 EXTRAS = ".[torch,docker,sdk,test,examples,plot]"
 #: SageMaker Python SDK v3 (ModelTrainer) replaces v2 in its own environment: both install `sagemaker`.
@@ -24,13 +28,13 @@ SDK3_EXAMPLES = (("examples/torch_ddp/launch_v3.py", "--distributed", "torchrun"
 
 
 def _install(session: nox.Session, *extra: str) -> None:
-    session.install(*CONSTRAINTS, "torch==2.13.0")
-    session.install(*CONSTRAINTS, "-e", EXTRAS, *extra)
+    session.install(*PIP, *CONSTRAINTS, "torch==2.13.0")
+    session.install(*PIP, *CONSTRAINTS, "-e", EXTRAS, *extra)
 
 
 def _install_sdk3(session: nox.Session, *extra: str) -> None:
-    session.install(*CONSTRAINTS_SDK3, "torch==2.13.0")
-    session.install(*CONSTRAINTS_SDK3, "-e", EXTRAS_SDK3, *extra)
+    session.install(*PIP, *CONSTRAINTS_SDK3, "torch==2.13.0")
+    session.install(*PIP, *CONSTRAINTS_SDK3, "-e", EXTRAS_SDK3, *extra)
 
 
 @nox.session
@@ -79,7 +83,9 @@ def flakes(session: nox.Session) -> None:
 def tests_sdk3(session: nox.Session) -> None:
     """Run the SageMaker SDK v3 (ModelTrainer) tests in an environment with sagemaker 3.x."""
     _install_sdk3(session)
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q", "-ra", *sorted(glob.glob(SDK3_TESTS))]))
+    # 2 workers as in ``tests`` (measured: 219 s -> 135 s for its 35 tests).
+    session.run("python", "-m", "pytest", *(session.posargs or ["-n", "2", "--dist", "loadgroup", "-q", "-ra",
+                                                                *sorted(glob.glob(SDK3_TESTS))]))
 
 
 @nox.session
