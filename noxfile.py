@@ -42,7 +42,7 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (process backend, docker backend where an engine runs).
 
     Default: 3 workers (on 2 cores: with 2 the CPUs were 85 % busy, the rest jobs' waits; 3 kept them
-    98 % busy and took the suite from 1276 s to 1142 s, measured here), modules that share one
+    95 to 98 % busy; times in the README, "Checking a fresh machine"), modules that share one
     expensive fixture on one worker (``xdist_group``),
     the example-matrix scenarios ``nox -s emulate`` runs left out (``-m matrix`` runs them), and
     the 30 slowest tests listed at the end (where the suite's time goes), and those over the 120-s
