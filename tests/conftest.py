@@ -247,7 +247,7 @@ def docker_leftovers(client: Any = None) -> list[str]:
             return []
     label = f"sagemaker-emulator.owner-pid={OWNER}"
     try:
-        found = client.containers.list(all=True, filters={"label": label})
+        found = client.containers.list(all=True, ignore_removed=True, filters={"label": label})
         containers = [f"container {c.name}" for c in found]
         networks = [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
     except Exception as exc:

@@ -156,7 +156,7 @@ def _engine_facts() -> tuple[Any | None, dict[str, str], dict[str, list[str]]]:
         return None, {}, {}
     mounted: dict[str, str] = {}
     by_image: dict[str, list[str]] = {}
-    for c in client.containers.list(all=True):
+    for c in client.containers.list(all=True, ignore_removed=True):
         by_image.setdefault(c.attrs.get("Image", ""), []).append(f"container {c.name}")
         for m in c.attrs.get("Mounts", []):
             if m.get("Source"):

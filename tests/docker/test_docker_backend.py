@@ -63,7 +63,7 @@ def _labelled(client: Any, job_id: str) -> list[str]:
     from emulator.backends.docker.names import LABEL_JOB
 
     flt = {"label": f"{LABEL_JOB}={job_id}"}
-    return ([c.name for c in client.containers.list(all=True, filters=flt)]
+    return ([c.name for c in client.containers.list(all=True, ignore_removed=True, filters=flt)]
             + [n.name for n in client.networks.list(filters=flt)])
 
 
@@ -326,3 +326,40 @@ def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Pa
                 n.remove()
             except Exception:
                 pass
+
+
+@pytest.mark.docker
+def test_reap_ignores_containers_removed_while_it_lists(docker_client: Any) -> None:
+    """Another job's teardown may remove a container between the engine's listing and its
+    inspection; ``python -m emulator reap`` must not fail on that while other jobs end. A
+    regression test: CI failed once with ``NotFound`` from ``containers.list`` (docker-py inspects
+    each listed container unless told ``ignore_removed``) while other workers' jobs ended."""
+    import threading
+
+    from emulator.backends.docker.names import DEFAULT_IMAGE, LABEL_JOB, owner_labels
+    from emulator.backends.docker.reaper import reap, reap_jobs
+
+    labels = {**owner_labels(), LABEL_JOB: f"t{uuid.uuid4().hex[:8]}-churn"}
+    stop = threading.Event()
+    churned: list[int] = []
+
+    def churn() -> None:
+        while not stop.is_set():
+            made = [docker_client.containers.create(DEFAULT_IMAGE, ["true"], labels=labels)
+                    for _ in range(4)]
+            for c in made:
+                c.remove(force=True)
+            churned.append(len(made))
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        while not churned:  # at least one round of containers came and went
+            time.sleep(0.01)
+        for _ in range(30):
+            assert not any(labels[LABEL_JOB] in line for line in reap_jobs())
+            reap(docker_client)
+    finally:
+        stop.set()
+        thread.join()
+    assert _labelled(docker_client, labels[LABEL_JOB]) == []

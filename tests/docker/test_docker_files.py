@@ -42,7 +42,7 @@ def _left(job_id: str) -> list[str]:
 
     client = engine.client()
     flt = {"label": f"{LABEL_JOB}={job_id}"}
-    return ([f"container {c.name}" for c in client.containers.list(all=True, filters=flt)]
+    return ([f"container {c.name}" for c in client.containers.list(all=True, ignore_removed=True, filters=flt)]
             + [f"network {n.name}" for n in client.networks.list(filters=flt)]
             + [f"volume {v.name}" for v in client.volumes.list(filters=flt)])
 

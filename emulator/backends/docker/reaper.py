@@ -63,7 +63,7 @@ def owner_gone(name: str, labels_: Mapping[str, str], attrs: Mapping[str, Any]) 
 def reap(client: Any) -> list[str]:
     """Remove helper containers whose owner is gone; their names, one line each."""
     out = []
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    for c in client.containers.list(all=True, ignore_removed=True, filters={"label": LABEL}):
         if not owner_gone(c.name, c.labels, c.attrs):
             continue
         try:
@@ -91,7 +91,7 @@ def reap_jobs(*, owner: tuple[int, int] | None = None) -> list[str]:
     owner = owner if owner is not None else (os.getuid(), os.getgid())
     dead = _owner_dead
 
-    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_JOB})
+    stale = [c for c in client.containers.list(all=True, ignore_removed=True, filters={"label": LABEL_JOB})
              if dead(c.labels)]
     networks = [n for n in client.networks.list(filters={"label": LABEL_JOB}) if dead(n.attrs.get("Labels") or {})]
     return remove(client, stale, networks, owner=owner)
@@ -111,7 +111,8 @@ def reap_scratch(scratch: Path, *, owner: tuple[int, int] | None = None) -> list
         pid = lab.get(LABEL_OWNER_PID, "")
         return not (pid.isdigit() and P.pid_alive(int(pid), int(start) if start.isdigit() else None))
 
-    stale = [c for c in client.containers.list(all=True, filters={"label": LABEL_SCRATCH}) if ours(c.labels)]
+    stale = [c for c in client.containers.list(all=True, ignore_removed=True, filters={"label": LABEL_SCRATCH})
+             if ours(c.labels)]
     networks = [n for n in client.networks.list(filters={"label": LABEL_SCRATCH})
                 if ours(n.attrs.get("Labels") or {})]
     return remove(client, stale, networks, owner=owner if owner is not None else (os.getuid(), os.getgid()))
