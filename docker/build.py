@@ -165,6 +165,21 @@ def estimate(install: Any, base_image: str | None = None) -> int:
     return minutes
 
 
+def require_disk(install: Any) -> None:
+    """Stop before a build that would not fit at docker's data root (``docker info``): the same
+    check and message as a job's on-demand build (``emulator.backends.docker.images.require_disk``),
+    so ``nox -s image`` and ``python docker/build.py`` refuse as a job does."""
+    _emulator()
+    from emulator.backends.docker.images import require_disk as check
+    from emulator.errors import BackendUnavailable
+
+    root = _docker("info", "-f", "{{.DockerRootDir}}", capture=True).stdout.strip()
+    try:
+        check(install.image, root or None)
+    except BackendUnavailable as exc:
+        raise SystemExit(f"image: {exc}") from None
+
+
 def build_image(install: Any, *, base_image: str | None, force: bool, latest: bool = False,
                 say: Callable[[str], None] = print) -> str:
     """Build (or reuse) the image of ``install``; return its tag (``latest``: also tag ``:latest``)."""
@@ -179,6 +194,7 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
             _docker("tag", tag, f"{REPO}:latest")
         say(f"image: {tag} is up to date{' (tagged :latest)' if latest else ''}; nothing to build")
         return tag
+    require_disk(install)
     say(f"image: building {tag} for {img.label} (≈ {estimate(install, base_image)} min, once)")
     ctx = BUILD / name(install)
     shutil.rmtree(ctx, ignore_errors=True)

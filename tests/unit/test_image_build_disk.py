@@ -7,6 +7,7 @@ from the folder's file system (``shutil.disk_usage``), so the tests set the need
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,25 @@ def test_a_build_that_fits_or_an_engine_folder_not_here_is_not_refused(
         images.require_disk(dlc.pytorch_image("1.12", gpu=True), str(tmp_path))
     images.require_disk(dlc.pytorch_image("1.12", gpu=True), None)  # the engine did not say
     images.require_disk(dlc.pytorch_image("1.12", gpu=True), str(tmp_path / "elsewhere"))  # a remote engine's
+
+
+def test_the_image_command_refuses_as_a_job_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nox -s image`` / ``python docker/build.py`` run the same check, on the folder ``docker info``
+    names (here: ``tmp_path``), and stop with its message before building anything."""
+    build = images._build_module()
+    free = shutil.disk_usage(tmp_path).free
+    monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free + 10**12)
+    asked: list[tuple[str, ...]] = []
+
+    def docker_info(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        asked.append(args)
+        return subprocess.CompletedProcess(["docker", *args], 0, f"{tmp_path}\n", "")
+
+    monkeypatch.setattr(build, "_docker", docker_info)
+    install = build.resolve("pytorch-2.5-gpu")
+    with pytest.raises(SystemExit) as info:
+        build.require_disk(install)
+    assert asked == [("info", "-f", "{{.DockerRootDir}}")]
+    assert str(info.value).startswith("image: building the image of ") and str(tmp_path) in str(info.value)
+    monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free // 2)
+    build.require_disk(install)  # fits: no exit
