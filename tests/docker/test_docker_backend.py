@@ -275,7 +275,15 @@ def test_missing_image_names_the_session(docker_client: Any) -> None:
         DockerBackend().check(image="sagemaker-emulator-test/absent:0")
 
 
+#: The reaper tests fabricate a dead owner's containers and networks, which any machine-wide reap
+#: removes at once (the other one here, test_kept's `python -m emulator reap`): CI failed once when
+#: the other test's reap_jobs() removed this one's new network between docker-py's create and its
+#: inspection. One xdist worker runs every test of the group, one after another.
+MACHINE_WIDE_REAP = pytest.mark.xdist_group("machine-wide-reap")
+
+
 @pytest.mark.docker
+@MACHINE_WIDE_REAP
 def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Path) -> None:
     from emulator.backends.docker.names import (
         DEFAULT_IMAGE,
@@ -329,6 +337,7 @@ def test_reap_removes_leftovers_of_a_dead_owner(docker_client: Any, tmp_path: Pa
 
 
 @pytest.mark.docker
+@MACHINE_WIDE_REAP
 def test_reap_ignores_containers_removed_while_it_lists(docker_client: Any) -> None:
     """Another job's teardown may remove a container between the engine's listing and its
     inspection; ``python -m emulator reap`` must not fail on that while other jobs end. A
