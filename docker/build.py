@@ -3,15 +3,21 @@
 Each image holds what the emulator installs for its DLC (:func:`emulator.job.dlc.install_set`): the
 DLC's packages that install from PyPI on this CPU, at AWS's versions where AWS pins them and as pip
 resolved them when AWS built the image otherwise (``--uploaded-prior-to`` the DLC's date), the
-family's torch builds from PyPI, and the toolkits. On Debian's ``python3`` of the family's suite
-(emulator/job/frameworks.py) in a venv at ``/opt/venv``, with Open MPI and OpenSSH for the toolkit's
-MPI runner. The image records what it holds (``/opt/sm-emulator/manifest.json``, from the installed
+family's torch builds, and the toolkits. The torch builds are the ``+cpu`` ones from the PyTorch CPU
+index where it is reachable (``SAGEMAKER_EMULATOR_TORCH_INDEX``, as for the process backend's
+layers: :func:`emulator.backends.layers.torch_source`; an image already built for either source is
+used without a probe), else PyPI's CUDA builds with their ``nvidia-*`` wheels (GBs more). The build
+resolves the index's builds for the image's own Python and downloads them (``torch-wheels.sh``),
+then installs them with the first step, dated as the rest. On Debian's ``python3`` of the family's
+suite (emulator/job/frameworks.py) in a venv at ``/opt/venv``, with Open MPI and OpenSSH for the
+toolkit's MPI runner. The image records what it holds (``/opt/sm-emulator/manifest.json``, from the installed
 files: emulator/backends/manifest.py), which the docker backend reads.
 
     python docker/build.py                         # the default image (no DLC named), also :latest
     python docker/build.py --framework 1.12        # that family's GPU image (--device cpu: its CPU image)
     python docker/build.py --image huggingface-4.49.0-pytorch-2.5-gpu
     python docker/build.py --image pytorch-2.5-gpu --print-tag
+    python docker/build.py --framework 2.5 --torch-index pypi   # PyPI's builds, no probe
 
 Steps: hash the inputs (what is installed, the base image id, Dockerfile, this script, the context
 files); if ``sagemaker-emulator:<image id>-<hash>`` exists, stop; build the Debian base with
@@ -39,7 +45,7 @@ BUILD = HERE / ".build"
 REPO = "sagemaker-emulator"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 #: Files of docker/ copied into every build context (and hashed).
-CONTEXT_FILES = ("entrypoint.sh",)
+CONTEXT_FILES = ("entrypoint.sh", "torch-wheels.sh")
 #: The manifest writer, run by the image's Python at build time (copied into the context, hashed).
 MANIFEST_SCRIPT = ROOT / "emulator" / "backends" / "manifest.py"
 #: Minutes a cold build takes on the 2-core CI machine, for the estimate shown before a build.
@@ -67,16 +73,47 @@ def _image_id(tag: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def resolve(image: str | None = None, *, framework: str | None = None, device: str = "gpu") -> Any:
+def resolve(image: str | None = None, *, framework: str | None = None, device: str = "gpu",
+            torch_index: str | None = None, base_image: str | None = None) -> Any:
     """What to build (:class:`emulator.job.dlc.InstallSet`): the DLC image ``image`` (an id), else the
     ``device`` image of ``framework``'s family, else the default world (no DLC named: the newest
-    family's CPU image with the emulator's toolkit pins, ``frameworks.install_for(None, …)``)."""
+    family's CPU image with the emulator's toolkit pins, ``frameworks.install_for(None, …)``).
+
+    Its torch builds come from ``torch_index`` (an index URL, or ``pypi``: PyPI's); where it is None,
+    :func:`torch_source` chooses."""
     dlc, frameworks = _emulator()
     if image:
-        return frameworks.install_set(dlc.image(image))
-    if framework:
-        return frameworks.install_set(dlc.pytorch_image(frameworks.family(framework).name, gpu=device == "gpu"))
-    return frameworks.install_set(dlc.image(dlc.CURRENT_IMAGE), toolkit=frameworks.PINNED_TOOLKIT)
+        img, toolkit = dlc.image(image), None
+    elif framework:
+        img, toolkit = dlc.pytorch_image(frameworks.family(framework).name, gpu=device == "gpu"), None
+    else:
+        img, toolkit = dlc.image(dlc.CURRENT_IMAGE), frameworks.PINNED_TOOLKIT
+
+    def of(index: str | None) -> Any:
+        return frameworks.install_set(img, toolkit=toolkit, torch_index=index)
+
+    if torch_index is not None:
+        return of(dlc.torch_index_setting({dlc.TORCH_INDEX_VAR: torch_index}))
+    return torch_source(of, base_image=base_image)
+
+
+def torch_source(of: Callable[[str | None], Any], *, base_image: str | None = None,
+                 env: Any = None) -> Any:
+    """``of(index)`` or ``of(None)`` (PyPI's torch builds) as the process backend's layers choose
+    (:func:`emulator.backends.layers.torch_source`), with "made" meaning its image is built: an
+    image of either source already built wins without network, else the CPU index where the probe
+    finds the family's torch build there, else PyPI."""
+    _emulator()
+    from emulator.backends import layers
+
+    return layers.torch_source(of, env, made=lambda install: bool((tag := image_tag(install, base_image))
+                                                                   and _image_id(tag)))
+
+
+def torch_index_arg(install: Any) -> str:
+    """The ``--torch-index`` value that makes :func:`resolve` give ``install``'s torch source again."""
+    dlc, _ = _emulator()
+    return str(install.torch_index or dlc.PYPI_ONLY)
 
 
 def image_python(install: Any) -> str:
@@ -114,19 +151,25 @@ def inputs(install: Any) -> dict[str, Any]:
     torch = [r.replace("===", "==") for r in install.torch]
     steps = [{"requirements": list(step.packages), "date": step.uploaded_prior_to or "", "no_deps": step.no_deps}
              for step in install.steps or dlc.single_steps(install)]
-    steps[0]["requirements"] = torch + steps[0]["requirements"]
+    # From PyPI the torch builds are part of the first pip run; from a CPU index the build resolves
+    # and downloads them first (torch-wheels.sh) and the first run installs those files.
+    if not install.torch_index:
+        steps[0]["requirements"] = torch + steps[0]["requirements"]
     requirements = [r for step in steps for r in step["requirements"]]
     checks = ["torch", "sagemaker_training"] + (["mpi4py.MPI"] if "mpi4py" in img.distributions else [])
     # cv2 loads libGL and friends, the DLC's system libraries only the image's stage installs.
     image_checks = ["cv2"] if any(r.startswith("opencv-python") for r in requirements) else []
-    return {"steps": [s for s in steps if s["requirements"]], "uninstall": list(install.uninstall),
+    return {"steps": [s for n, s in enumerate(steps) if s["requirements"] or (n == 0 and install.torch_index)],
+            "torch_index": install.torch_index or "", "torch": torch if install.torch_index else [],
+            "uninstall": list(install.uninstall),
             "constraints": list(install.constraints), "toolkits": list(install.toolkits),
             "check": ", ".join(checks), "image_check": ", ".join([*checks, *image_checks])}
 
 
 def step_files(data: dict[str, Any]) -> dict[str, str]:
     """The context's ``steps/`` folder: ``NN.in`` per step, ``steps.txt`` (``file date flag`` lines
-    the Dockerfile reads in order; ``-`` for no date, ``no-deps`` or ``-``), ``uninstall.txt``."""
+    the Dockerfile reads in order; ``-`` for no date, ``no-deps`` or ``-``), ``uninstall.txt``,
+    ``torch.in`` (the torch builds to take from the CPU index; empty: they are in the first step)."""
     files: dict[str, str] = {}
     order = []
     for n, step in enumerate(data["steps"]):
@@ -135,6 +178,7 @@ def step_files(data: dict[str, Any]) -> dict[str, str]:
         order.append(f"{name} {step['date'] or '-'} {'no-deps' if step['no_deps'] else '-'}\n")
     files["steps.txt"] = "".join(order)
     files["uninstall.txt"] = "".join(f"{n}\n" for n in data["uninstall"])
+    files["torch.in"] = "".join(f"{r}\n" for r in data["torch"])
     return files
 
 
@@ -143,7 +187,8 @@ def image_hash(install: Any, base_id: str) -> str:
     h = hashlib.sha256(base_id.encode())
     data = inputs(install)
     h.update("\n".join([install.image.id, image_python(install), *(f"{k}\0{v}" for k, v in step_files(data).items()),
-                        "\0", *data["constraints"], "\0", *data["toolkits"], data["check"]]).encode())
+                        "\0", *data["constraints"], "\0", *data["toolkits"], data["check"],
+                        data["torch_index"]]).encode())
     for path in (HERE / "Dockerfile", HERE / "build.py", MANIFEST_SCRIPT, *(HERE / n for n in CONTEXT_FILES)):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:12]
@@ -195,7 +240,8 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
         say(f"image: {tag} is up to date{' (tagged :latest)' if latest else ''}; nothing to build")
         return tag
     require_disk(install)
-    say(f"image: building {tag} for {img.label} (≈ {estimate(install, base_image)} min, once)")
+    source = f"the +cpu torch builds of {install.torch_index}" if install.torch_index else "PyPI's torch builds"
+    say(f"image: building {tag} for {img.label} with {source} (≈ {estimate(install, base_image)} min, once)")
     ctx = BUILD / name(install)
     shutil.rmtree(ctx, ignore_errors=True)
     ctx.mkdir(parents=True)
@@ -213,15 +259,19 @@ def build_image(install: Any, *, base_image: str | None, force: bool, latest: bo
     else:
         ca.write_text("")
     python = image_python(install)
+    from emulator.backends.docker.images import TORCH_INDEX_LABEL  # what the docker backend reads
+
     cmd = ["build", "--force-rm", "--build-arg", f"BASE_IMAGE={base_image or base_tag(suite(install))}",
            "--build-arg", f"CHECK_IMPORTS={data['check']}",
            "--build-arg", f"IMAGE_CHECK_IMPORTS={data['image_check']}",
            "--build-arg", f"TOOLKITS={' '.join(data['toolkits'])}",
            "--build-arg", f"EXTRA_PACKAGES={' '.join(SUITE_PACKAGES.get(suite(install), ()))}",
+           "--build-arg", f"TORCH_INDEX={data['torch_index']}",
            "-f", str(HERE / "Dockerfile"), "-t", tag, *(["-t", f"{REPO}:latest"] if latest else []),
            "--label", f"sagemaker-emulator.inputs={tag}", "--label", f"sagemaker-emulator.dlc-image={img.id}",
            "--label", f"sagemaker-emulator.framework={img.family}",
            "--label", f"sagemaker-emulator.torch={img.framework_version}",
+           "--label", f"{TORCH_INDEX_LABEL}={data['torch_index'] or 'PyPI'}",
            "--label", f"sagemaker-emulator.python={python}", str(ctx)]
     built = _docker(*cmd).returncode == 0
     # The builder stage's image (the legacy builder keeps it untagged): GBs nothing reuses.
@@ -243,14 +293,21 @@ def main(argv: list[str] | None = None) -> None:
                        "huggingface-4.49.0-pytorch-2.5-gpu, ...)")
     which.add_argument("--framework", help="a family or version (1.12, 2.0.1, ...): its --device image")
     p.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="with --framework (default gpu)")
+    p.add_argument("--torch-index", metavar="URL|pypi",
+                   help="where the torch builds come from: a CPU index, or pypi for PyPI's (default: the "
+                   "CPU index of SAGEMAKER_EMULATOR_TORCH_INDEX where it answers, else PyPI)")
     p.add_argument("--print-tag", action="store_true", help="print the tag the current inputs give "
                    "(empty if the base is not built) and exit")
     args = p.parse_args(argv)
     try:
-        install = resolve(args.image, framework=args.framework, device=args.device)
+        install = resolve(args.image, framework=args.framework, device=args.device,
+                          torch_index=args.torch_index, base_image=args.base_image)
     except KeyError as exc:
         dlc, _ = _emulator()
         raise SystemExit(f"image: unknown DLC image {exc}; known: {', '.join(sorted(dlc.images()))}") from None
+    except ValueError as exc:  # emulator.errors.RequestError: a --torch-index that is no index URL
+        dlc, _ = _emulator()
+        raise SystemExit(f"image: {str(exc).replace(dlc.TORCH_INDEX_VAR, '--torch-index', 1)}") from None
     if args.print_tag:
         print(image_tag(install, args.base_image) or "")
         return

@@ -156,13 +156,15 @@ def layers(install: InstallSet) -> list[Layer]:
 _PROBED: dict[tuple[str, str], bool] = {}
 
 
-def torch_source(of: Callable[[str | None], InstallSet], env: Mapping[str, str] | None = None) -> InstallSet:
+def torch_source(of: Callable[[str | None], InstallSet], env: Mapping[str, str] | None = None, *,
+                 made: Callable[[InstallSet], bool] | None = None) -> InstallSet:
     """The install set a job uses, of ``of(index)`` (the job's install set with its torch from the CPU
     ``index``, or from PyPI for None) (module docstring):
 
     1. :data:`~emulator.job.dlc.TORCH_INDEX_VAR` of ``env`` (default this process's) is ``pypi``:
        PyPI's, no probe;
-    2. a torch layer already made: the CPU index's, else PyPI's — found on disk, no network;
+    2. one already ``made`` (default: its torch layer is ready; the docker backend passes "its
+       image is built"): the CPU index's, else PyPI's — found on disk, no network;
     3. none yet: the CPU index's where :func:`probe` finds its torch build there (probed once per
        process), else PyPI's."""
     environ = os.environ if env is None else env
@@ -172,7 +174,7 @@ def torch_source(of: Callable[[str | None], InstallSet], env: Mapping[str, str] 
         return pypi
     cpu = of(index)
     for candidate in (cpu, pypi):
-        if base_layer(candidate).ready:
+        if made(candidate) if made is not None else base_layer(candidate).ready:
             return candidate
     want = next((r.split("==", 1)[1] for r in cpu.torch if r.startswith("torch==")), "")
     if (index, want) not in _PROBED:

@@ -15,6 +15,9 @@ each wheel landed, so which index it came from.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -102,3 +105,89 @@ def test_pypi_disables_the_probe(tmp_path: Path, indexes: tuple[str, str, list[s
     ok, found, log = _install(install, tmp_path, pypi, "pypi-layer")
     assert ok, log
     assert found["torch"] == "2.13.0"
+
+
+# -- the docker backend's images: docker/build.py and docker/torch-wheels.sh --------------------------
+def _build_module():  # type: ignore[no-untyped-def]
+    from emulator.backends.docker import images
+
+    return images._build_module()
+
+
+def test_an_image_build_takes_the_cpu_builds_from_the_index(tmp_path: Path, indexes: tuple[str, str, list[str]],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """No image built yet and the index answers: ``docker/build.py`` chooses the +cpu builds, keeps them
+    out of the first step's file, and ``torch-wheels.sh`` (the build's own script, run here with this
+    machine's pip as the Dockerfile runs it with the image's) resolves, downloads and pins exactly the
+    three from the index; the first step's pip run, as the Dockerfile makes it (``--find-links``, the
+    family's date), then installs them and what they need from "PyPI"."""
+    cpu_url, pypi, requested = indexes
+    build = _build_module()
+    monkeypatch.setattr(build, "_image_id", lambda tag: None)  # nothing built: the probe decides
+    monkeypatch.setattr(layers, "_PROBED", {})
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, cpu_url)
+    install = build.resolve("pytorch-2.13-cpu")
+    assert install.torch_index == cpu_url and requested == ["/simple/torch/"]
+    data = build.inputs(install)
+    files = build.step_files(data)
+    assert files["torch.in"].split() == list(install.torch) and "torch==" not in files["00.in"]
+    assert build.torch_index_arg(install) == cpu_url
+    pypi_install = build.resolve("pytorch-2.13-cpu", torch_index="pypi")
+    assert build.step_files(build.inputs(pypi_install))["torch.in"] == ""
+    assert build.image_hash(install, "base") != build.image_hash(pypi_install, "base")
+
+    (tmp_path / "torch.in").write_text(files["torch.in"])
+    (tmp_path / "constraints.txt").write_text("".join(f"{c}\n" for c in data["constraints"]))
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "PIP_INDEX_URL": pypi,
+           "PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP": f"{sys.executable} -m pip"}
+    dest = tmp_path / "torch-wheels"
+    done = subprocess.run(["sh", str(build.HERE / "torch-wheels.sh"), cpu_url, str(tmp_path / "torch.in"),
+                           str(tmp_path / "constraints.txt"), str(dest)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pins = (dest / "pins.txt").read_text().split()
+    assert sorted(pins) == sorted(f"{name}=={version}+cpu" for name, version in TRIO)
+    assert sorted(p.name.split("-")[0] for p in dest.glob("*.whl")) == sorted(name for name, _ in TRIO)
+    target = tmp_path / "venv-site"
+    date = data["steps"][0]["date"]
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target),
+                           *(["--uploaded-prior-to", date] if date else []), "--find-links", str(dest),
+                           "-r", str(dest / "pins.txt")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _installed(target) == {**{name: f"{version}+cpu" for name, version in TRIO}, "tinydep": "1.0"}
+    # A family whose DLC leaves torchvision and torchaudio unpinned (2.0): the index's builds resolve.
+    (tmp_path / "torch.in").write_text("torch==2.13.0+cpu\ntorchvision\ntorchaudio\n")
+    unpinned = tmp_path / "unpinned"
+    done = subprocess.run(["sh", str(build.HERE / "torch-wheels.sh"), cpu_url, str(tmp_path / "torch.in"),
+                           str(tmp_path / "constraints.txt"), str(unpinned)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted((unpinned / "pins.txt").read_text().split()) == sorted(pins)
+
+
+def test_an_image_already_built_from_either_source_is_used_without_a_probe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for the layers: an image built from the CPU index (or from PyPI) is the one a job uses, with
+    the index unreachable and without asking it; with neither built and the index unreachable, PyPI's."""
+    build = _build_module()
+    closed = f"http://127.0.0.1:{simple_index.closed_port()}/simple"
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, closed)
+    cpu = build.resolve("pytorch-2.13-gpu", torch_index=closed)
+    pypi = build.resolve("pytorch-2.13-gpu", torch_index="pypi")
+    for made in (cpu, pypi):
+        monkeypatch.setattr(layers, "_PROBED", {})
+        monkeypatch.setattr(layers, "probe", lambda *a, **k: pytest.fail("probed although an image is built"))
+        built = {build.base_tag(build.suite(made)): "sha256:base"}
+        built[build.image_tag(made, "sha256:base")] = "sha256:image"
+        monkeypatch.setattr(build, "_image_id", built.get)
+        assert build.resolve("pytorch-2.13-gpu").torch_index == made.torch_index
+    monkeypatch.undo()
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, closed)
+    monkeypatch.setattr(layers, "_PROBED", {})
+    monkeypatch.setattr(build, "_image_id", lambda tag: None)
+    assert build.resolve("pytorch-2.13-gpu").torch_index is None
+
+
+def test_a_bad_torch_index_is_refused_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _build_module().main(["--framework", "2.13", "--print-tag", "--torch-index", "ftp://example.com/simple"])
+    assert "--torch-index" in str(info.value) and "'pypi'" in str(info.value)

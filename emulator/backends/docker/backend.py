@@ -472,7 +472,8 @@ class DockerBackend:
         framework = frameworks.record(
             request.framework, torch=found.torch if found else fam.torch if fam else None,
             python=found.python if found else fam.python if fam else None,
-            toolkit=found.toolkit if found else fam.toolkit if fam else None, image=image.dlc)
+            toolkit=found.toolkit if found else fam.toolkit if fam else None, image=image.dlc,
+            torch_build=images.torch_build(image, found))
         mounts: list[Mount] = []
         req = jobenv.requirements_of(request.source_dir, request.requirements_file)
         house = wheelhouse.lookup(req, image.tag) if req is not None and image.built else None

@@ -1,12 +1,12 @@
 """Where the image build (``docker/build.py``) runs from: a source checkout's ``docker/`` folder, or
 the copy an installed wheel carries.
 
-The wheel ships ``docker/`` (``build.py``, ``Dockerfile``, ``build-base.sh``, ``entrypoint.sh``) as
-the package data ``emulator/backends/docker/context/`` (pyproject.toml), byte for byte. ``build.py``
-expects a checkout around it (``../emulator/backends/manifest.py``, and ``docker/.build/`` to write
-build contexts to), and an image's tag is a hash of the *contents* of those files, not of their
-paths. So from a wheel, :func:`build_script` lays the same files out as a checkout would, in the
-cache folder (``images/build/<hash of the files>/``: site-packages may be read-only), and runs
+The wheel ships ``docker/`` (``build.py``, ``Dockerfile``, ``build-base.sh``, ``entrypoint.sh``,
+``torch-wheels.sh``) as the package data ``emulator/backends/docker/context/`` (pyproject.toml),
+byte for byte. ``build.py`` expects a checkout around it (``../emulator/backends/manifest.py``, and
+``docker/.build/`` to write build contexts to), and an image's tag is a hash of the *contents* of
+those files, not of their paths. So from a wheel, :func:`build_script` lays the same files out as a
+checkout would, in the cache folder (``images/build/<hash of the files>/``: site-packages may be read-only), and runs
 ``build.py`` there: the same bytes give the same tags, so an installed emulator finds the images a
 checkout built and builds the ones it lacks as a checkout does.
 """
@@ -25,7 +25,7 @@ from .names import BUILD_SCRIPT
 #: The wheel's copy of ``docker/`` (absent in a checkout, where :data:`~.names.BUILD_SCRIPT` is).
 PACKAGED = Path(__file__).resolve().parent / "context"
 #: The files of ``docker/`` the build reads (build.py's CONTEXT_FILES and what it runs).
-FILES = ("build.py", "Dockerfile", "build-base.sh", "entrypoint.sh")
+FILES = ("build.py", "Dockerfile", "build-base.sh", "entrypoint.sh", "torch-wheels.sh")
 #: The manifest writer build.py copies into each context, at the place a checkout has it.
 MANIFEST = Path(__file__).resolve().parents[1] / "manifest.py"
 #: Where installed emulators lay out their checkout-shaped copies.

@@ -82,15 +82,24 @@ def _build_module() -> ModuleType:
     return module
 
 
+def install_set(image: dlc.Image) -> dlc.InstallSet:
+    """What ``image``'s stand-in installs, its torch builds the CPU index's ``+cpu`` ones or PyPI's as
+    ``docker/build.py`` chooses (:func:`emulator.backends.layers.torch_source`: an image of either
+    already built wins without network; else one probe of the index per process)."""
+    return _build_module().torch_source(lambda index: frameworks.install_set(image, torch_index=index))  # type: ignore[no-any-return]
+
+
 def built_image(image: dlc.Image) -> str | None:
     """The tag of ``image``'s stand-in if it is built for the current inputs, else None."""
-    tag = _build_module().image_tag(frameworks.install_set(image))
+    tag = _build_module().image_tag(install_set(image))
     return tag if tag and _image_id(tag) else None
 
 
 def _run_build(image: dlc.Image, log: Path, say: Callable[[str], None]) -> None:
     script = _build_script()
-    cmd = [sys.executable, str(script), "--image", image.id]
+    # The torch source this process chose, so the build cannot choose another (a second probe).
+    cmd = [sys.executable, str(script), "--image", image.id,
+           "--torch-index", _build_module().torch_index_arg(install_set(image))]
     # Its own session: Ctrl-C or SIGTERM here stops the whole build (and its docker CLI calls).
     with log.open("w") as out, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -124,7 +133,7 @@ def build(image: dlc.Image, *, say: Callable[[str], None] = print) -> str:
         if tag:
             return tag
         require_disk(image, engine.data_root())
-        minutes = _build_module().estimate(frameworks.install_set(image))
+        minutes = _build_module().estimate(install_set(image))
         log = LOGS / f"{image.id}.log"
         say(f"building the image of {image.label} (≈ {minutes} min, once); log: {log}")
         _run_build(image, log, say)
@@ -170,7 +179,7 @@ class JobImage:
         """What :func:`ensure` will do first, for ``plan`` (None: nothing)."""
         if self.built or self.dlc is None:
             return None
-        minutes = _build_module().estimate(frameworks.install_set(self.dlc))
+        minutes = _build_module().estimate(install_set(self.dlc))
         return (f"the image of {self.dlc.label} is built before the job starts (≈ {minutes} min, once); "
                 "its tag and ENV are shown here once it is built")
 
@@ -187,7 +196,7 @@ def planned(request: JobRequest) -> JobImage:
     tag = built_image(image)
     if tag is not None:
         return JobImage(tag, image, True)
-    future = _build_module().image_tag(frameworks.install_set(image))
+    future = _build_module().image_tag(install_set(image))
     return JobImage(future or f"sagemaker-emulator:{image.id}-<inputs hash>", image, False)
 
 
@@ -232,6 +241,25 @@ class ImageFacts:
     def training_toolkit(self) -> str | None:
         """The ``sagemaker-training`` release (None: not in the image or not known)."""
         return self.toolkit[0] if self.toolkit else None
+
+
+#: The label ``docker/build.py`` records where an image's torch builds came from in (a CPU index's
+#: URL, or ``PyPI``; an image built before the label existed is PyPI's).
+TORCH_INDEX_LABEL = "sagemaker-emulator.torch-index"
+
+
+def torch_build(image: JobImage, found: ImageFacts | None) -> dict[str, object] | None:
+    """``Emulator.Framework.TorchBuild`` of a built stand-in of a DLC (as the process backend's
+    :func:`emulator.backends.layers.torch_build`): ``Source`` (:data:`TORCH_INDEX_LABEL`) and
+    ``Builds`` (the torch the image holds, as :func:`probe` found it). None for a user's image, or
+    before the image is built and probed. Reads only."""
+    if image.dlc is None or not image.built or found is None or found.torch is None:
+        return None
+    try:
+        labels = engine.client().images.get(image.tag).labels or {}
+    except Exception:  # the engine went away, or the image did: prepare says what is wrong
+        return None
+    return {"Source": labels.get(TORCH_INDEX_LABEL, "PyPI"), "Builds": {"torch": found.torch}}
 
 
 def _image_id(image: str) -> str | None:
@@ -282,4 +310,5 @@ def probe(image: str) -> ImageFacts:
     return result
 
 
-__all__ = ["DEFAULT_IMAGE", "ImageFacts", "JobImage", "build", "built_image", "ensure", "facts", "planned", "probe"]
+__all__ = ["DEFAULT_IMAGE", "TORCH_INDEX_LABEL", "ImageFacts", "JobImage", "build", "built_image", "ensure", "facts",
+           "install_set", "planned", "probe", "torch_build"]
