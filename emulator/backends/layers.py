@@ -364,16 +364,19 @@ def _install_from_index(install: InstallSet, index: str, part: Path, log: Path, 
     a PEP 503 HTML page has none, so: resolve the builds with both indexes and no date (pip's
     ``--dry-run --report``: a name AWS left unpinned gets the build torch's pin allows), download
     exactly those from ``index``, then install them from that folder (pip checks no date on local
-    files) with their requirements from PyPI, dated."""
+    files) with their requirements from PyPI, dated. An ``http://`` index is also a ``--trusted-host``
+    (pip ignores plain-HTTP indexes but localhost's otherwise, while :func:`probe` found it answering)."""
     wheels, report = part.with_name(part.name + ".wheels"), part.with_name(part.name + ".report.json")
+    trust = ["--trusted-host", urllib.parse.urlsplit(index).hostname or ""] if index.startswith("http://") else []
     shutil.rmtree(wheels, ignore_errors=True)
     try:
-        if _run_pip(["--dry-run", "--ignore-installed", "--report", str(report), "--index-url", index,
+        if _run_pip(["--dry-run", "--ignore-installed", "--report", str(report), "--index-url", index, *trust,
                      "--extra-index-url", env.get("PIP_INDEX_URL", PYPI), "-c", str(constraints), *install.torch],
                     log, env) != 0:
             return False
         pins = _resolved(report, dlc.TORCH_TRIO)
-        if _run_pip(["--no-deps", "--dest", str(wheels), "--index-url", index, *pins], log, env, verb="download") != 0:
+        if _run_pip(["--no-deps", "--dest", str(wheels), "--index-url", index, *trust, *pins], log, env,
+                    verb="download") != 0:
             return False
         return _run_pip(["--target", str(part), *_date_args(install.torch_uploaded_prior_to), "--find-links",
                          str(wheels), "-c", str(constraints), *pins], log, env) == 0
