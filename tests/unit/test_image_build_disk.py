@@ -46,6 +46,7 @@ def test_the_image_command_refuses_as_a_job_does(tmp_path: Path, monkeypatch: py
     """``nox -s image`` / ``python docker/build.py`` run the same check, on the folder ``docker info``
     names (here: ``tmp_path``), and stop with its message before building anything."""
     build = images._build_module()
+    install = build.resolve("pytorch-2.5-gpu", torch_index="pypi")  # PyPI's builds (the larger need), no probe
     free = shutil.disk_usage(tmp_path).free
     monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free + 10**12)
     asked: list[tuple[str, ...]] = []
@@ -55,7 +56,6 @@ def test_the_image_command_refuses_as_a_job_does(tmp_path: Path, monkeypatch: py
         return subprocess.CompletedProcess(["docker", *args], 0, f"{tmp_path}\n", "")
 
     monkeypatch.setattr(build, "_docker", docker_info)
-    install = build.resolve("pytorch-2.5-gpu")
     with pytest.raises(SystemExit) as info:
         build.require_disk(install)
     assert asked == [("info", "-f", "{{.DockerRootDir}}")]
