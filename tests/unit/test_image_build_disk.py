@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.backends import layers
 from emulator.backends.docker import images
 from emulator.errors import BackendUnavailable
 from emulator.job import dlc
@@ -62,3 +63,34 @@ def test_the_image_command_refuses_as_a_job_does(tmp_path: Path, monkeypatch: py
     assert str(info.value).startswith("image: building the image of ") and str(tmp_path) in str(info.value)
     monkeypatch.setitem(images.BUILD_PEAK_BYTES, "nvidia", free // 2)
     build.require_disk(install)  # fits: no exit
+
+
+def test_a_jobs_image_is_looked_up_once_for_its_torch_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch source of a DLC's stand-in is chosen once per process (``images._TORCH_SOURCE``): the
+    plan, the build check and the estimate of one job do not each ask docker about both sources'
+    tags again, and every later call gives the install set of that first choice."""
+    build = images._build_module()
+    image = dlc.pytorch_image("2.5", gpu=True)
+    looked_up: list[str] = []
+
+    def image_id(tag: str) -> str | None:  # nothing built: each source's image and base are looked up
+        looked_up.append(tag)
+        return None
+
+    monkeypatch.setattr(images, "_TORCH_SOURCE", {})
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, "pypi")  # no probe: PyPI's builds
+    monkeypatch.setattr(build, "_image_id", image_id)
+    monkeypatch.setattr(images, "_image_id", lambda tag: None)
+    first = images.install_set(image)
+    assert first.torch_index is None and looked_up == []  # `pypi`: chosen without asking docker
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, "http://127.0.0.1:9/simple")
+    monkeypatch.setattr(layers, "_PROBED", {})
+    monkeypatch.setattr(layers, "probe", lambda *a, **k: True)  # the index has the build
+    chosen = images.install_set(image)
+    asked = len(looked_up)
+    assert chosen.torch_index == "http://127.0.0.1:9/simple" and asked > 0
+    for _ in range(3):
+        assert images.install_set(image) == chosen
+    assert len(looked_up) == asked  # asked for the first choice only
+    assert images.built_image(image) is None  # plan, build and the estimate: that choice's tag only
+    assert len(looked_up) == asked + 1 and looked_up[-1] == build.base_tag(build.suite(chosen))

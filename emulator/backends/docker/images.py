@@ -82,11 +82,23 @@ def _build_module() -> ModuleType:
     return module
 
 
+#: The torch source chosen in this process, by (image id, the index setting): the CPU index's URL, or
+#: None for PyPI's builds. Chosen once, so a job's plan, build and records ask docker which image is
+#: built (up to four ``docker image inspect`` calls: two tags, each with its base) once, not per call;
+#: the build a job starts makes the image of this choice, so it stays the built one.
+_TORCH_SOURCE: dict[tuple[str, str | None], str | None] = {}
+
+
 def install_set(image: dlc.Image) -> dlc.InstallSet:
     """What ``image``'s stand-in installs, its torch builds the CPU index's ``+cpu`` ones or PyPI's as
     ``docker/build.py`` chooses (:func:`emulator.backends.layers.torch_source`: an image of either
-    already built wins without network; else one probe of the index per process)."""
-    return _build_module().torch_source(lambda index: frameworks.install_set(image, torch_index=index))  # type: ignore[no-any-return]
+    already built wins without network; else one probe of the index), once per process
+    (:data:`_TORCH_SOURCE`)."""
+    key = (image.id, dlc.torch_index_setting(os.environ))
+    if key not in _TORCH_SOURCE:
+        chosen = _build_module().torch_source(lambda index: frameworks.install_set(image, torch_index=index))
+        _TORCH_SOURCE[key] = chosen.torch_index
+    return frameworks.install_set(image, torch_index=_TORCH_SOURCE[key])
 
 
 def built_image(image: dlc.Image) -> str | None:
