@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from emulator.diagnostics.timeline import PHASES
+
 from . import worker
 from .sampler import Sampler
 from .stats import fmt, markdown_table, median, ratio, summarise
@@ -183,6 +185,8 @@ def run_cases(cases: list[dict[str, Any]], log: Any) -> None:
         ok = [r for r in c["reps"] if r.get("ok")]
         c["status"] = "ok" if ok and len(ok) == len(c["reps"]) else "failed"
         c["median"] = summarise(ok, METRICS) if ok else {}
+        c["phases"] = {name: median([r["phases"][name] for r in ok if name in r.get("phases", {})])
+                       for name, _ in PHASES if any(name in r.get("phases", {}) for r in ok)}
         c["errors"] = [r["error"] for r in c["reps"] if r.get("error")][:1]
         base = by_name.get(c["baseline"] or "")
         c["ratio_wall"] = ratio(c["median"].get("wall_s"), base["median"].get("wall_s")) if base and base.get(
@@ -305,6 +309,13 @@ def render(results: dict[str, Any]) -> str:
             markdown_table(["case", "ranks", "status", "reps", "wall", "× baseline", "first line (all hosts)",
                             "emulator CPU (incl. helpers)", "hosts CPU (rusage / sampled)", "peak mem (private est.)",
                             "peak RSS / rank"], rows), ""]
+    timed = [c for c in results["cases"] if c.get("phases") and c["group"] in ("allreduce", "toolkit")]
+    if timed:
+        names = [name for name, _ in PHASES if any(name in c["phases"] for c in timed)]
+        text += ["Where the smallest jobs' time goes: each phase ends at the last host's (or rank's) event of its "
+                 "kind in the job's timeline.json (medians):", "",
+                 markdown_table(["case", *names], [[c["name"], *(fmt(c["phases"].get(n), "s") for n in names)]
+                                                   for c in timed]), ""]
     tk = results.get("toolkit_share")
     if tk:
         text.append("Toolkit + platform share per host (1 host, trivial script): "

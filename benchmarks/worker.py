@@ -17,7 +17,9 @@ Every rank of a workload writes its marks (``first``: its first statement ran; `
 finished) into a small JSON file: under ``SM_OUTPUT_DATA_DIR`` on the emulator (so they come back
 in ``output.tar.gz``), under ``BENCH_MARKS_DIR`` for the baseline. The time from the call to the
 last host's first mark is the start-up latency; from the last ``done`` to the job's end, the tail.
-(Marks are files, not log lines: ``mpirun --tag-output`` may split a rank's line.)
+(Marks are files, not log lines: ``mpirun --tag-output`` may split a rank's line.) An emulator job
+also reports its timeline's phases (:func:`emulator.diagnostics.timeline.phases`: hosts up, toolkit
+up, launcher, ranks start, process groups, hosts exit).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def run_torchrun(spec: dict[str, Any], work: Path) -> dict[str, Any]:
 
 def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     import emulator
+    from emulator.diagnostics.timeline import JSON_NAME, phases
 
     src = work / "src"
     src.mkdir()
@@ -123,8 +126,11 @@ def run_emulator(spec: dict[str, Any], work: Path) -> dict[str, Any]:
     if not result.ok:
         first = result.first_failure or (result.hosts[0].name if result.hosts else None)
         error = f"{result.status}: {result.failure_reason or ''}\n" + (result.log_tail(first, 15) if first else "")
+    timeline = result.job_dir / JSON_NAME
+    job_phases = phases(json.loads(timeline.read_text())) if timeline.is_file() else []
     return {"ok": result.ok, "status": result.status, "wall_s": round(t1 - t0, 3),
             "emulator_self_cpu_s": round(s1 - s0, 3), "children_cpu_s": round(c1 - c0, 3),
+            "phases": {name: seconds for name, seconds in job_phases},
             "runner": result.description.get("Emulator", {}).get("Runner"),
             "transitions": [t["Status"] for t in transitions],
             **_timing(_marks(result.output_files()), t0, t1), "error": error}

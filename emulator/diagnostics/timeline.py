@@ -121,6 +121,31 @@ def build(finish: FinishContext, lines: Sequence[dict[str, Any]], *, since: floa
             "Ranks": [{"Host": h, "Rank": r} for h, r in ranks], "Events": events, "Collectives": collectives}
 
 
+#: A job's phases, in the order a job passes them: each ends when the last host (or rank) reaches the
+#: event of that kind (the slowest host is what the job waits for).
+PHASES = (("hosts up", "host-start"), ("toolkit up", "toolkit-start"), ("launcher", "launcher"),
+          ("ranks start", "rank-start"), ("process groups", "process-group"), ("hosts exit", "host-exit"))
+
+
+def phases(data: dict[str, Any]) -> list[tuple[str, float]]:
+    """Where a job's wall time went, from ``timeline.json``'s ``data`` (:func:`build`): for each of
+    :data:`PHASES` whose event was recorded, its name and the seconds from the previous phase's end
+    (the first one: from the job's first event, its ``Starting`` status) to the last such event. A
+    phase with no event (a plain job has no ``launcher`` line; a failed one may have no process
+    group) is left out, and the next one counts from the last phase that was there."""
+    events = data.get("Events") or []
+    if not events:
+        return []
+    previous = min(float(e["Time"]) for e in events)
+    out = []
+    for name, kind in PHASES:
+        times = [float(e["Time"]) for e in events if e["Kind"] == kind]
+        if times:
+            out.append((name, round(max(times) - previous, 3)))
+            previous = max(times)
+    return out
+
+
 def draw(data: dict[str, Any], path: Path) -> Path:
     """Draw ``data`` (see :func:`build`) into a PNG at ``path``. Raises ImportError without matplotlib."""
     import matplotlib
@@ -243,4 +268,4 @@ class Timeline(Observer):
         return Report(emulator={"Timeline": files}, console=console)
 
 
-__all__ = ["Event", "Timeline", "build", "draw", "redraw"]
+__all__ = ["PHASES", "Event", "Timeline", "build", "draw", "phases", "redraw"]

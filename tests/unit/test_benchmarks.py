@@ -50,6 +50,8 @@ def _fake_results() -> dict:
         rep = {"ok": True, "status": "Completed", "wall_s": 10.0 - 0.1 * i, "first_line_s": 2.0, "emulator_cpu_s": 0.2,
                "hosts_cpu_s": 5.0, "sampled_cpu_s": 4.9, "peak_rss_mb": 900.0, "peak_private_mb": 500.0,
                "rank_peak_rss_mb": 300.0, "tail_s": 1.0}
+        if c["spec"]["kind"] == "emulator":  # what the worker reads off the job's timeline.json
+            rep["phases"] = {"hosts up": 0.2, "toolkit up": 0.5 + i, "ranks start": 4.0, "hosts exit": 2.0}
         c["reps"] = [rep]
     cases[-1]["reps"] = [{"ok": False, "status": "error", "error": "boom"}]
     # the post-processing part of run_cases, without running anything
@@ -73,6 +75,11 @@ def test_results_schema_and_markdown(tmp_path: Path) -> None:
     assert set(results["targets"]) and all({"met", "value"} <= set(v) for v in results["targets"].values())
     md = run.render(results)
     assert "| case |" in md and "Targets:" in md and "failed ('boom')" in md
+    assert td["phases"] == {"hosts up": 0.2, "toolkit up": 1.5, "ranks start": 4.0, "hosts exit": 2.0}
+    table = md[md.index("Where the smallest jobs' time goes"):].splitlines()
+    assert table[2].split("|")[1:-1] == [" case ", " hosts up ", " toolkit up ", " ranks start ", " hosts exit "]
+    assert "| allreduce: emulator torch_distributed | 0.20 s | 1.50 s | 4.00 s | 2.00 s |" in md
+    assert "allreduce: torchrun by hand" not in "\n".join(table[:8])  # no timeline by hand
 
 
 def test_plot_writes_a_png_when_matplotlib_is_there(tmp_path: Path) -> None:

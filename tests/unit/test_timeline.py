@@ -40,3 +40,24 @@ def test_without_matplotlib_only_the_json_is_written(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "timeline.json").read_text())
     assert [e["Kind"] for e in data["Events"]] == ["host-start", "host-exit", "toolkit-start"]
     assert data["Hosts"] == ["algo-1"]
+
+
+def test_phases_end_where_the_slowest_host_or_rank_reaches_each_event() -> None:
+    """A 2x2 pytorchddp job's events as its timeline.json recorded them (times shifted to 0): each
+    phase runs from the previous phase's last event to its own last one."""
+    from emulator.diagnostics.timeline import phases
+
+    recorded = [(0.0, "status", None), (0.24, "status", None), (0.45, "host-start", "algo-1"),
+                (0.45, "host-start", "algo-2"), (0.84, "toolkit-start", "algo-1"), (0.94, "toolkit-start", "algo-2"),
+                (1.54, "launcher", "algo-1"), (1.73, "rank-start", "algo-1"), (1.77, "rank-start", "algo-1"),
+                (1.74, "rank-start", "algo-2"), (5.79, "process-group", "algo-2"), (5.79, "process-group", "algo-1"),
+                (8.31, "host-exit", "algo-2"), (8.36, "host-exit", "algo-1")]
+    data = {"Events": [{"Time": 100 + t, "Kind": k, "Host": h, "Rank": None, "Detail": ""} for t, k, h in recorded]}
+    got = dict(phases(data))
+    want = {"hosts up": 0.45, "toolkit up": 0.49, "launcher": 0.60, "ranks start": 0.23, "process groups": 4.02,
+            "hosts exit": 2.57}
+    assert list(got) == list(want) and all(abs(got[k] - want[k]) < 1e-6 for k in want), got
+    # no launcher line and no process group (a plain script that failed): the next phase counts on
+    plain = {"Events": [e for e in data["Events"] if e["Kind"] not in ("launcher", "process-group")]}
+    assert dict(phases(plain)) == {"hosts up": 0.45, "toolkit up": 0.49, "ranks start": 0.83, "hosts exit": 6.59}
+    assert phases({"Events": []}) == []
