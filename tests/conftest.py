@@ -98,6 +98,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _TEST_SECONDS: dict[str, float] = {}
 
 
+#: How many of the costliest test modules the summary lists (where a cut saves the most).
+SLOWEST_MODULES = 15
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--test-budget", type=float, default=None, metavar="SECONDS",
                      help="list the tests that took longer than SECONDS (setup, call and teardown together)")
@@ -126,6 +130,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The outcome counts per kind folder (where the suite's tests and time are)."""
     counts: dict[str, dict[str, int]] = {}
     seconds: dict[str, float] = {}
+    modules: dict[str, float] = {}  # the worker-seconds of each test module (setup, call, teardown)
     for outcome in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
@@ -138,8 +143,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         for report in reports:
             nodeid = getattr(report, "nodeid", "")
             if nodeid.startswith("tests/") and nodeid.count("/") > 1 and hasattr(report, "duration"):
-                folder = nodeid.split("/")[1]
+                folder, module = nodeid.split("/")[1], nodeid.split("::")[0]
                 seconds[folder] = seconds.get(folder, 0.0) + report.duration
+                modules[module] = modules.get(module, 0.0) + report.duration
     budget = terminalreporter.config.getoption("--test-budget", None)
     slow = over_budget(_TEST_SECONDS, budget) if budget else []
     if slow:
@@ -154,6 +160,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             outcomes = ", ".join(f"{n} {what}" for what, n in sorted(counts[folder].items()))
             terminalreporter.write_line(f"tests/{folder:<8} {sum(counts[folder].values()):>5}  ({outcomes}; "
                                         f"{seconds.get(folder, 0.0):.0f} worker-seconds)")
+    costly = sorted(modules.items(), key=lambda item: -item[1])[:SLOWEST_MODULES]
+    if len(modules) > 1 and costly:
+        total = sum(modules.values())
+        terminalreporter.write_sep("-", f"the {len(costly)} costliest modules (worker-seconds, share of all)")
+        for module, took in costly:
+            terminalreporter.write_line(f"{took:7.0f} s  {100 * took / total:4.1f} %  {module}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
