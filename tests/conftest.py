@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import resource
 import shutil
 import signal
 import tempfile
@@ -110,6 +111,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "noisy machine it is a timed assertion)")
 
 
+#: The ``user_properties`` key of a test's teardown report that holds its CPU-seconds (set on the
+#: worker that ran it; the summary adds them up per module).
+CPU_PROPERTY = "cpu_seconds"
+_CPU_AT_START: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    """This process's CPU-seconds plus its reaped descendants': a process-backend job's hosts are waited
+    for link by link, so their trees count; a docker container's processes (the engine's) do not."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _CPU_AT_START[nodeid] = _cpu_now()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    start = _CPU_AT_START.pop(item.nodeid, None) if call.when == "teardown" else None
+    if start is not None:  # the whole test: setup (its share of module fixtures too), call, teardown
+        report.user_properties.append((CPU_PROPERTY, round(_cpu_now() - start, 2)))
+    return report
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _TEST_SECONDS[report.nodeid] = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
 
@@ -131,6 +158,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     counts: dict[str, dict[str, int]] = {}
     seconds: dict[str, float] = {}
     modules: dict[str, float] = {}  # the worker-seconds of each test module (setup, call, teardown)
+    cpu: dict[str, float] = {}  # and its CPU-seconds (CPU_PROPERTY)
     for outcome in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
@@ -146,6 +174,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 folder, module = nodeid.split("/")[1], nodeid.split("::")[0]
                 seconds[folder] = seconds.get(folder, 0.0) + report.duration
                 modules[module] = modules.get(module, 0.0) + report.duration
+                for key, value in getattr(report, "user_properties", ()):
+                    if key == CPU_PROPERTY:
+                        cpu[module] = cpu.get(module, 0.0) + float(value)
     budget = terminalreporter.config.getoption("--test-budget", None)
     slow = over_budget(_TEST_SECONDS, budget) if budget else []
     if slow:
@@ -160,12 +191,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             outcomes = ", ".join(f"{n} {what}" for what, n in sorted(counts[folder].items()))
             terminalreporter.write_line(f"tests/{folder:<8} {sum(counts[folder].values()):>5}  ({outcomes}; "
                                         f"{seconds.get(folder, 0.0):.0f} worker-seconds)")
-    costly = sorted(modules.items(), key=lambda item: -item[1])[:SLOWEST_MODULES]
+    # Costliest by CPU (the suite is CPU-bound: its workers outnumber the cores), else by worker-seconds.
+    costly = sorted(modules, key=lambda m: (-cpu.get(m, 0.0), -modules[m]))[:SLOWEST_MODULES]
     if len(modules) > 1 and costly:
-        total = sum(modules.values())
-        terminalreporter.write_sep("-", f"the {len(costly)} costliest modules (worker-seconds, share of all)")
-        for module, took in costly:
-            terminalreporter.write_line(f"{took:7.0f} s  {100 * took / total:4.1f} %  {module}")
+        total = sum(cpu.values())
+        terminalreporter.write_sep("-", f"the {len(costly)} costliest modules (CPU-seconds and share of all "
+                                        "tests' (docker containers' not counted), worker-seconds)")
+        for module in costly:
+            used = cpu.get(module, 0.0)
+            terminalreporter.write_line(f"{used:7.0f} CPU-s {100 * used / total if total else 0.0:5.1f} %"
+                                        f" {modules[module]:7.0f} s  {module}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
