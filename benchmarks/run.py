@@ -41,6 +41,8 @@ METRICS = ("wall_s", "first_line_s", "tail_s", "emulator_cpu_s", "hosts_cpu_s", 
 TORCH_DIST = {"torch_distributed": {"enabled": True}}
 PYTORCHDDP = {"pytorchddp": {"enabled": True}}
 ROOT = Path(__file__).resolve().parent.parent
+#: Fast start forks only where the str hash seed is fixed (emulator/inhost/site/_sm_emulator_faststart.py).
+FAST_ENV = {"PYTHONHASHSEED": "0"}
 #: Hosts (2 ranks each) of the scale cases: up to 64 ranks.
 SCALE_HOSTS = (1, 2, 4, 8, 16, 32)
 #: The issue's ratio targets: (label, case, at most this many times the hand-rolled torchrun launch).
@@ -118,7 +120,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
              emu("allreduce.py", 2, distribution=TORCH_DIST, profile="ci"), r2,
              baseline="allreduce: torchrun by hand (baseline)"),
         case("allreduce: emulator torch_distributed + fast start", "allreduce",
-             emu("allreduce.py", 2, distribution=TORCH_DIST, backend="fast"), r2,
+             emu("allreduce.py", 2, distribution=TORCH_DIST, backend="fast", env=FAST_ENV), r2,
              baseline="allreduce: torchrun by hand (baseline)"),
         case("toolkit only: 1 host, trivial script", "toolkit", emu("trivial.py", 1, gpus=None), r2,
              ranks=1, hosts=1),
@@ -130,7 +132,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
         cases.insert(3, case("allreduce: emulator pytorchddp (mpirun), ci profile", "allreduce",
                              emu("allreduce.py", 2, distribution=PYTORCHDDP, profile="ci"), r2,
                              baseline="allreduce: torchrun by hand (baseline)"))
-        lit_env = {"EMULATOR_FAST_START_PRELOAD": "torch,torch.distributed,pytorch_lightning"}
+        lit_env = {"EMULATOR_FAST_START_PRELOAD": "torch,torch.distributed,pytorch_lightning", **FAST_ENV}
         cases += [
             case("lightning: torchrun by hand (baseline)", "lightning", {"kind": "torchrun",
                  "script": "lightning_fit.py", "nproc": 4}, rl, ranks=4, hosts=1),
@@ -158,7 +160,7 @@ def plan_cases(quick: bool, reps: int | None) -> list[dict[str, Any]]:
                           emu("allreduce.py", n, distribution=TORCH_DIST, profile="ci"), 1, ranks=2 * n, hosts=n))
         if n in ((2,) if quick else (4, 16)):
             cases.append(case(f"scale: {n} host(s) x 2 ranks + fast start", "scale-fast",
-                              emu("allreduce.py", n, distribution=TORCH_DIST, backend="fast"),
+                              emu("allreduce.py", n, distribution=TORCH_DIST, backend="fast", env=FAST_ENV),
                               1, ranks=2 * n, hosts=n, baseline=f"scale: {n} host(s) x 2 ranks, ci profile"))
     return cases
 

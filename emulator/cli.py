@@ -98,8 +98,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="cap the toolkit's 30-s MPI-family waits at 1 s and its 1-s polls at 0.2 s "
                    "(a deviation; never for --real comparisons)")
     p.add_argument("--fast-start", action="store_true",
-                   help="start the toolkit, torchrun and the ranks that pass its checks from shared pre-imported "
-                        "interpreters (process backend; a recorded deviation, see README)")
+                   help="fork torchrun and its ranks from a pre-imported interpreter per host where the job's "
+                        "PYTHONHASHSEED is a fixed number (process backend; a recorded deviation, see README)")
     p.add_argument("--profile", default=None, metavar="exact|ci",
                    help=f"exact (default, unless ${PROFILE_VAR} names another): every host as on SageMaker; ci: "
                         "every speed-up that changes nothing a script can observe except time (see README, Profiles)")

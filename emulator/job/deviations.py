@@ -18,8 +18,9 @@ SHORT_SLEEPS = ("toolkit MPI sleeps capped: the MPI-family runners' fixed 30-s w
                 "their 1-s polls at 0.2 s (only time changes)")
 NO_TOOLKIT_TORCH_IMPORT = ("toolkit without import torch: SM_DLC_TORCH_VERSION read from torch/version.py "
                            "(the same string; only time changes)")
-FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter (what torch and the job read at "
-              "import time comes from the host's environment, not the rank's; PIDs and parent processes differ)")
+FAST_START = ("fast rank start: ranks forked from a pre-imported interpreter where PYTHONHASHSEED is a fixed "
+              "number (what torch and the job read at import time comes from the host's environment, not the "
+              "rank's; PIDs and parent processes differ)")
 NO_TIMELINE_PNG = "timeline.png not drawn (timeline.json is; python -m emulator timeline JOB_DIR draws it)"
 
 

@@ -19,7 +19,9 @@ runs the same jobs in both profiles and compares all of it):
 Not in ``ci``: fast start (``fast_start=True``, ``--fast-start``; process backend), which forks
 the ranks from a pre-imported interpreter. What torch and the job read at import time then comes
 from the host's environment rather than the rank's, and PIDs and parent processes differ, so it
-changes what a script can observe and stays a per-job opt-in, recorded as a deviation.
+changes what a script can observe and stays a per-job opt-in, recorded as a deviation. It forks only
+where ``PYTHONHASHSEED`` is a fixed number (forked ranks share one ``str`` hash seed), so it could not
+speed up most jobs as a default anyway.
 
 Each speed-up a job used is listed in ``job.json`` under ``Emulator.Deviations``
 (:mod:`emulator.job.deviations`). Per-job switches (``short_toolkit_sleeps=True``,

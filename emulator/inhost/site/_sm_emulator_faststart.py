@@ -18,7 +18,16 @@ forks a child that becomes that program (``runpy``, ``__name__ == "__main__"``).
 process stays as a thin stand-in: it forwards signals to the child and exits with the child's
 exit status (or dies of the same signal); if it is killed, the zygote kills the child.
 
-Fidelity limits (why it is off by default):
+Only where every process would have the same ``str`` hash seed. A fresh interpreter picks a random
+secret for ``hash()`` of strings at start unless ``PYTHONHASHSEED`` fixes it, so on SageMaker each
+rank has its own, and iterating a set of names can give each rank its own order (a classic cause of
+mismatched collectives). The secret cannot change after start, so a forked rank would share its
+zygote's with every other rank of the host and hide that bug. So the zygote starts only where the
+host's ``PYTHONHASHSEED`` is a fixed number (:func:`fixed_hash_seed`; the job's ``environment`` sets
+it), and forks only a process whose own value is the same: then a fresh start would have had that
+very seed. Elsewhere every process starts normally, and the host log says why once.
+
+Fidelity limits besides (why it is off by default):
 
 * the preloaded modules were imported with the zygote's environment: settings read at import
   time (``TORCH_*``/``OMP_*`` flags read on ``import torch``, the in-host patches' import-time
@@ -75,6 +84,18 @@ def _parse(argv: list[str]) -> tuple[str, str, list[str], bool] | None:
     return "script", argv[i], argv[i:], unbuffered
 
 
+def fixed_hash_seed(value: str | None) -> bool:
+    """Whether ``PYTHONHASHSEED=value`` fixes the ``str`` hash seed (a decimal 0 to 4294967295, as
+    CPython accepts it); unset, empty and ``random`` mean a random seed per process."""
+    return value is not None and value.isdigit() and int(value) <= 4294967295
+
+
+#: The host log's line where fast start was asked for and no process is forked (module docstring).
+NO_FIXED_SEED = ("[emulator] fast start: every process starts normally: PYTHONHASHSEED is not a fixed number, so "
+                 "each rank has its own str hash seed, which forked ranks would share (set PYTHONHASHSEED in the "
+                 "job's environment to fork them)\n")
+
+
 def activate() -> None:
     """Called from ``sitecustomize``: start the zygote (host PID 1) or delegate to it."""
     if os.environ.get(ROLE) or os.environ.get(ENV_FAST_START) != "1":
@@ -86,9 +107,13 @@ def activate() -> None:
             return
         kind, target, args, unbuffered = parsed
         name = os.path.basename(target)
+        seeded = fixed_hash_seed(os.environ.get("PYTHONHASHSEED"))
         if os.getpid() == 1 and name == "train":
-            _spawn_zygote()
-        elif kind == "script" and (name == "torchrun" or os.environ.get("TORCHELASTIC_RUN_ID")):
+            if seeded:
+                _spawn_zygote()
+            else:
+                sys.stderr.write(NO_FIXED_SEED)
+        elif seeded and kind == "script" and (name == "torchrun" or os.environ.get("TORCHELASTIC_RUN_ID")):
             _delegate(kind, os.path.abspath(target), args, unbuffered)
     except Exception as exc:  # never break a process start: fall back to the normal start
         sys.stderr.write(f"[emulator] fast start unavailable ({type(exc).__name__}: {exc}); starting normally\n")
@@ -156,6 +181,9 @@ def _delegate(kind: str, target: str, args: list[str], unbuffered: bool) -> None
     _send(sock, {"kind": kind, "target": target, "argv": args, "unbuffered": unbuffered,
                  "env": dict(os.environ), "cwd": os.getcwd()}, [0, 1, 2])
     reply, _ = _recv(sock)
+    if reply.get("pid") is None:  # type: ignore[union-attr]  # refused (another hash seed): start normally
+        sock.close()
+        return
     child = int(reply["pid"])  # type: ignore[index]
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f: os.kill(child, s))
@@ -179,6 +207,7 @@ def serve() -> None:
     with open(PIDFILE, "w") as f:
         f.write(f"{os.getpid()}\n")
     base_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    seed = os.environ.get("PYTHONHASHSEED")  # fixed (activate starts no zygote otherwise): this interpreter's
     t0 = time.time()
     for mod in filter(None, os.environ.get(ENV_FAST_START_PRELOAD, "torch,torch.distributed").split(",")):
         try:
@@ -202,6 +231,12 @@ def serve() -> None:
                 if key.fileobj is server:
                     conn, _ = server.accept()
                     request, fds = _recv(conn, with_fds=True)
+                    if request["env"].get("PYTHONHASHSEED") != seed:  # its fresh start's seed is not ours
+                        for fd in fds:
+                            os.close(fd)
+                        _send(conn, {"pid": None})
+                        conn.close()
+                        continue
                     pid = os.fork()
                     if pid == 0:
                         sel.close()
