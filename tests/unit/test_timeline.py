@@ -61,3 +61,30 @@ def test_phases_end_where_the_slowest_host_or_rank_reaches_each_event() -> None:
     plain = {"Events": [e for e in data["Events"] if e["Kind"] not in ("launcher", "process-group")]}
     assert dict(phases(plain)) == {"hosts up": 0.45, "toolkit up": 0.49, "ranks start": 0.83, "hosts exit": 6.59}
     assert phases({"Events": []}) == []
+
+
+def test_matplotlib_is_imported_while_the_hosts_run_only_where_a_png_is_drawn() -> None:
+    """Where the PNG is drawn, the first attempt's start imports pyplot in a background thread (the
+    job's end then waits only for the drawing); the ``ci`` profile's timeline (no PNG) imports nothing."""
+    code = textwrap.dedent("""\
+        import sys
+        from pathlib import Path
+        from emulator.observers import AttemptContext
+        from emulator.diagnostics.timeline import Timeline
+        ctx = AttemptContext(0, None, ("algo-1",), Path("/nonexistent"), 0.0, 100.0)
+        quiet = Timeline("job", png=False)
+        quiet.on_start(ctx)
+        print(quiet.warming is None, "matplotlib.pyplot" in sys.modules)
+        drawn = Timeline("job")
+        drawn.on_start(ctx)
+        drawn.warming.join(120)
+        print(drawn.warming.name, "matplotlib.pyplot" in sys.modules, sys.modules["matplotlib"].get_backend())
+        drawn.on_start(AttemptContext(1, None, ("algo-1",), Path("/nonexistent"), 5.0, 105.0))  # a spot restart
+        print(drawn.warming.name)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=180)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "True False"
+    assert lines[1].lower() == "timeline-import true agg"
+    assert lines[2] == "timeline-import"
