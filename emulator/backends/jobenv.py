@@ -162,9 +162,10 @@ def torch_version(python: str) -> str | None:
 
     venv = Path(python).parent.parent
     if Path(python) != Path(sys.executable) and (venv / "pyvenv.cfg").is_file():
-        for dist in metadata.distributions(path=_own_folders(venv)):
-            if (dist.metadata["Name"] or "").lower() == "torch":
-                return dist.version
+        # By name: importlib finds torch's dist-info by its folder's name, without reading the
+        # metadata of every distribution on the way (about 250 in a layered job environment).
+        for dist in metadata.distributions(name="torch", path=_own_folders(venv)):
+            return dist.version
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
