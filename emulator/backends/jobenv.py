@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -124,16 +125,31 @@ def requirements_of(source_dir: Path, requirements: Path | None = None) -> Path 
     return req if req is not None and req.is_file() else None
 
 
+#: What :func:`install_of` chose, by (framework selection, instance type, index setting, layers
+#: folder), once the chosen torch layer is made: a made layer wins the choice
+#: (:func:`emulator.backends.layers.torch_source`), so it stays the answer in this process, and a
+#: job's plan, preparation and records (eight calls) look at the layers once, not each time.
+_MADE: dict[tuple[object, ...], InstallSet] = {}
+
+
 def install_of(request: JobRequest) -> InstallSet:
     """What the job's DLC image installs (:func:`emulator.job.frameworks.install_for`), its torch
     from the CPU index or from PyPI as :func:`emulator.backends.layers.torch_source` decides (an
     existing torch layer first; a probe of the index only when there is none)."""
-    from ..job import frameworks
+    from ..job import dlc, frameworks
+
+    selection, instance_type = request.framework, request.instance_groups[0].type
+    key = (selection, instance_type, dlc.torch_index_setting(os.environ), str(framework_layers.LAYERS))
+    if key in _MADE:
+        return _MADE[key]
 
     def of(index: str | None) -> InstallSet:
-        return frameworks.install_for(request.framework, request.instance_groups[0].type, torch_index=index)
+        return frameworks.install_for(selection, instance_type, torch_index=index)
 
-    return framework_layers.torch_source(of)
+    install = framework_layers.torch_source(of)
+    if framework_layers.base_layer(install).ready:
+        _MADE[key] = install
+    return install
 
 
 def _key(req: Path | None, install: InstallSet) -> str:

@@ -287,3 +287,39 @@ def _on_tmpfs(cache: Path, size: str, code: str) -> subprocess.CompletedProcess[
                            code], capture_output=True, text=True, timeout=120, check=False,
                           env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "XDG_CACHE_HOME": str(cache),
                                "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+
+def test_a_jobs_install_set_is_chosen_once_its_torch_layer_is_made(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process backend asks ``jobenv.install_of`` eight times per job; once the chosen torch layer
+    is made, later calls in this process give that choice without looking at the layers again. Before
+    that (nothing made: the probe decides), every call chooses afresh."""
+    from emulator.backends import jobenv
+    from emulator.job import request as rq
+
+    monkeypatch.setattr(layers, "LAYERS", tmp_path / "layers")
+    monkeypatch.setattr(jobenv, "_MADE", {})
+    monkeypatch.setenv(dlc.TORCH_INDEX_VAR, "pypi")  # PyPI's builds: no probe
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("")
+    request = rq.create(entry_point="train.py", source_dir=src, instance_count=1, instance_type="ml.g5.xlarge",
+                        output_path=tmp_path / "out", job_name="once", framework_version="2.13")
+    chosen: list[str | None] = []
+    real = layers.torch_source
+
+    def counted(of: Any, *args: Any, **kwargs: Any) -> dlc.InstallSet:
+        install = real(of, *args, **kwargs)
+        chosen.append(install.torch_index)
+        return install
+
+    monkeypatch.setattr(layers, "torch_source", counted)
+    first = jobenv.install_of(request)
+    assert jobenv.install_of(request) == first and chosen == [None, None]  # not made yet: chosen each time
+    _ready(layers.base_layer(first))
+    for _ in range(3):
+        assert jobenv.install_of(request) == first
+    assert chosen == [None, None, None]  # chosen once more (and kept: the layer is made), then not again
+    monkeypatch.setattr(layers, "LAYERS", tmp_path / "other")  # another layers folder: its own choice
+    jobenv.install_of(request)
+    assert len(chosen) == 4
