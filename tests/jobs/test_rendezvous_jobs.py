@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from emulator.errors import RequestError
 from emulator.job.request import create
 from emulator.job.result import JobResult
 from emulator.mpi_output import Rejoiner
+
+from .moments import JumpWhenSet, SetWhen
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 HOSTS, GPUS = 2, 2
@@ -89,12 +92,25 @@ def test_local_rank_as_global_rank_is_named_and_fails_the_job(tmp_path: Path) ->
 
 
 def test_wait_on_rendezvous_errors_keeps_sagemakers_behaviour(tmp_path: Path) -> None:
-    # The job waits until MaxRuntime by design; the ranks must reach their rendezvous before it. 40 s
-    # was too short once in CI (load about 6 on 2 cores: no diagnosis yet at the stop), so 90 s.
-    result, _ = run(tmp_path, "rdzv-wait", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
-                    hyperparameters={"mode": "local-rank"}, wait_on_rendezvous_errors=True, max_run=90)
+    """The job waits until MaxRuntime by design. A fixed deadline raced the ranks under load (40 s
+    was once too short in CI: no diagnosis yet at the stop), so the supervisor's clock reaches
+    MaxRuntimeInSeconds the moment the console has said the complete diagnosis (every local rank
+    asked for by both hosts), through its own deadline check (tests/jobs/moments.py)."""
+    complete = {r: HOST_NAMES for r in range(GPUS)}
+
+    def diagnosed(console: str) -> bool:
+        said = re.findall(r"rendezvous error \(rendezvous-duplicate-rank\): (.*)", console)
+        return bool(said) and claimed_twice(said[-1]) == complete
+
+    said = threading.Event()
+    stream = SetWhen(diagnosed, said)
+    request = create(output_path=tmp_path, job_name="rdzv-wait", entry_point="rdzv_modes.py", distribution=TORCH_DIST,
+                     hyperparameters={"mode": "local-rank"}, wait_on_rendezvous_errors=True,
+                     **{**BASE, "max_run": MAX_RUN})
+    result = supervisor.run(request, stream=stream, stop_grace=2, clock=JumpWhenSet(said, MAX_RUN))
+    assert said.is_set(), stream.getvalue()[-3000:]  # reached through the diagnosis, not the real deadline
     assert (result.status, result.secondary_status) == ("Stopped", "MaxRuntimeExceeded")
-    assert claimed_twice(rdzv(result)["rendezvous-duplicate-rank"]) == {r: HOST_NAMES for r in range(GPUS)}
+    assert claimed_twice(rdzv(result)["rendezvous-duplicate-rank"]) == complete
     assert not any(d.startswith("stopped on a rendezvous error") for d in result.description["Emulator"]["Deviations"])
 
 
