@@ -123,9 +123,18 @@ def _spawn_zygote() -> None:
     import subprocess
 
     with open(LOG, "ab") as log:
-        subprocess.Popen([sys.executable, "-c", "import _sm_emulator_faststart as z; z.serve()"],
-                         env={**os.environ, ROLE: "1"}, stdin=subprocess.DEVNULL, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True)
+        zygote = subprocess.Popen([sys.executable, "-c", "import _sm_emulator_faststart as z; z.serve()"],
+                                  env={**os.environ, ROLE: "1"}, stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    # Alive from now on for every process that checks (not only once its interpreter is up): a rank
+    # started before that would otherwise find no zygote and start normally.
+    _write_pid(zygote.pid)
+
+
+def _write_pid(pid: int) -> None:
+    with open(PIDFILE + ".tmp", "w") as f:
+        f.write(f"{pid}\n")
+    os.rename(PIDFILE + ".tmp", PIDFILE)  # whole or absent for a reader
 
 
 # -- wire format: 4-byte length + JSON; the first chunk of a request carries the fds ----------
@@ -204,8 +213,7 @@ def serve() -> None:
     import importlib
     import selectors
 
-    with open(PIDFILE, "w") as f:
-        f.write(f"{os.getpid()}\n")
+    _write_pid(os.getpid())
     base_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     seed = os.environ.get("PYTHONHASHSEED")  # fixed (activate starts no zygote otherwise): this interpreter's
     t0 = time.time()
