@@ -79,7 +79,7 @@ def make_job(tmp_path: Path, docker_client: Any) -> Iterator[Any]:
     def make(*commands: Sequence[str], mounts: Sequence[Mount] = ()) -> LaunchSpec:
         job_id = f"t{uuid.uuid4().hex[:8]}"
         names = [f"algo-{i}" for i in range(1, len(commands) + 1)]
-        subnet = _free_subnet(docker_client, JOB_SUBNET)
+        subnet = _free_subnet(docker_client, JOB_SUBNET, job_id)
         addresses = host_addresses(subnet, names)
         scratch = tmp_path / job_id / "scratch"
         hosts = []

@@ -196,7 +196,7 @@ def test_engine_error_before_start_is_clear_and_leaves_nothing(tmp_path: Path, d
 
     monkeypatch.setenv(files.FILES_ENV, "copy")
     job_id = f"t{uuid.uuid4().hex[:8]}"
-    subnet = _free_subnet(engine.client(), JOB_SUBNET)
+    subnet = _free_subnet(engine.client(), JOB_SUBNET, job_id)
     addresses = host_addresses(subnet, ["algo-1"])
     (tmp_path / "opt_ml").mkdir()
     host = HostLaunch(name="algo-1", address=addresses["algo-1"], command=("true",), env={}, workdir="/",

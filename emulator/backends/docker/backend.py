@@ -7,7 +7,8 @@ image's own ``ENTRYPOINT``/``ENV``; root in the container; sshd reachable betwee
 per-cluster root keypair, so the toolkit's ``mpirun``-over-ssh runner works unchanged.
 
 The launch spec is exact: the job network's subnet is chosen when the spec is made (the first
-/24 from ``10.0.0.0/24`` on that no network of the engine uses), every host gets a static address
+/24 that no network of the engine uses among 64 from ``10.0.0.0/24`` on, starting at one the job's
+name picks: ``plan`` and ``run`` agree unless another job holds that one at the start), every host gets a static address
 in it, its ``/etc/hosts`` is the spec's file bind-mounted read-only (so every ``algo-*`` name keeps
 resolving after a peer's container exits, as on SageMaker), and its environment is the image's
 ``ENV`` overlaid with the plan's (read from the engine, so ``plan`` shows the whole of it).
@@ -26,6 +27,7 @@ The docker SDK is imported lazily (``import emulator`` never imports ``docker``)
 from __future__ import annotations
 
 import atexit
+import hashlib
 import io
 import ipaddress
 import os
@@ -505,7 +507,7 @@ class DockerBackend:
         # another image's entrypoint may add variables the spec cannot know
         added = {**ENTRYPOINT_ENV, "PWD": P.CODE_DIR} if entrypoint == (ENTRYPOINT,) else {}
         try:
-            subnet = _free_subnet(client, P.JOB_SUBNET)
+            subnet = _free_subnet(client, P.JOB_SUBNET, plan.request.job_name)
         except engine.sdk(".errors").DockerException as e:
             raise engine_error("list its networks (to choose the job's subnet)", e) from None
         addresses = host_addresses(subnet, [h.name for h in plan.hosts])
@@ -639,11 +641,18 @@ def _taken_subnets(client: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Ne
     return taken
 
 
-def _free_subnet(client: Any, planned: str) -> str:
-    """The first /24 from ``planned`` on that no network of the engine overlaps."""
+def _free_subnet(client: Any, planned: str, key: str = "") -> str:
+    """The first /24 that no network of the engine overlaps, among the :data:`SUBNET_TRIES` from
+    ``planned`` on, starting at the one ``key`` (the job's name) picks and wrapping around.
+
+    Keyed, so that ``plan`` and ``run`` of one job name choose the same subnet although other jobs
+    come and go between them (from the first /24 each, a job planned while another ran got the
+    next one, and ran on the first once that job had ended); only a job holding the key's own
+    subnet when the job starts moves it."""
     taken = _taken_subnets(client)
     first = ipaddress.ip_network(planned)
-    for k in range(SUBNET_TRIES):
+    start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % SUBNET_TRIES if key else 0
+    for k in ((start + i) % SUBNET_TRIES for i in range(SUBNET_TRIES)):
         subnet = ipaddress.ip_network((int(first.network_address) + k * first.num_addresses, first.prefixlen))
         if not any(subnet.overlaps(t) for t in taken if t.version == subnet.version):
             return str(subnet)
