@@ -252,7 +252,7 @@ def test_a_job_killed_before_its_kept_record_is_still_reaped_by_job(tmp_path: Pa
     # after-freeze: the keep comes from MaxRuntimeInSeconds, at a point of the supervisor's loop, not
     # from a signal that lands anywhere in it (the SIGTERM keep: test_cli_keeps_the_hosts_of_a_stopped_job…);
     # the hosts need not be READY by then: whatever they run is frozen and handed off (job_processes below)
-    max_run = "30" if moment == "after-freeze-before-record" else "900"
+    max_run = "3" if moment == "after-freeze-before-record" else "900"
     proc = subprocess.Popen(
         [sys.executable, *prefix, "run", "--entry-point", "sleeper.py", "--source-dir", str(SCRIPTS),
          "--hosts", "2", "--max-run", max_run, "--stop-grace", "2", "--keep-hosts", "--quiet",
