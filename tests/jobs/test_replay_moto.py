@@ -37,7 +37,8 @@ BUCKET = "replay-ddp-data"
 ERROR = "replay-ddp: rank 1 failed on purpose"
 TRAIN = f"""import os
 rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK"))
-print("rank", rank, "data", sorted(os.listdir(os.environ["SM_CHANNEL_TRAINING"])), flush=True)
+# one string, so one write: mpirun tags each chunk it reads as a line of its own (tests/rank_output.py)
+print("rank " + str(rank) + " data " + str(sorted(os.listdir(os.environ["SM_CHANNEL_TRAINING"]))), flush=True)
 if rank == "1":
     raise ValueError("{ERROR}")
 """

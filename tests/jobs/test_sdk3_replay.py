@@ -41,8 +41,9 @@ BUCKET = "replay-v3-data"
 IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker"
 ERROR = "replay-v3: rank 1 failed on purpose"
 TRAIN = f"""import os, sys
-print("rank", os.environ["RANK"], "argv", sys.argv[1:], "data", sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"])),
-      flush=True)
+# one string, so one write: the ranks share the host's stdout (tests/rank_output.py)
+print("rank " + os.environ["RANK"] + " argv " + str(sys.argv[1:]) + " data "
+      + str(sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"]))), flush=True)
 if os.environ["RANK"] == "1":
     raise ValueError("{ERROR}")
 """

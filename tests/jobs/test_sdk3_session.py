@@ -28,8 +28,9 @@ IMAGE = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu
 HYPERPARAMETERS = {"epochs": 2, "note": "hello world", "layers": [1, 2]}
 TRAIN = """\
 import json, os, sys
-print("argv", json.dumps(sys.argv[1:]), flush=True)
-print("channel", json.dumps(sorted(os.listdir(os.environ["SM_CHANNEL_TRAIN"]))), flush=True)
+# one string each, so one write: the toolkit re-prints what it reads in chunks (tests/rank_output.py)
+print(f"argv {json.dumps(sys.argv[1:])}", flush=True)
+print(f"channel {json.dumps(sorted(os.listdir(os.environ['SM_CHANNEL_TRAIN'])))}", flush=True)
 print("epoch 1 Loss: 0.42", flush=True)
 if os.environ["SM_CURRENT_HOST"] in os.environ.get("FAIL_ON", "").split(","):
     raise SystemExit("failing on purpose on " + os.environ["SM_CURRENT_HOST"])
