@@ -48,16 +48,13 @@ def _install(session: nox.Session, *extra: str, constraints: tuple[str, ...] = C
     reused and its stamp says it holds exactly that: a changed ``pyproject.toml``, constraints
     file, argument or Python changes the key, and a recreated environment has no stamp."""
     torch_args, args = (*PIP, *constraints, "torch==2.13.0"), (*PIP, *constraints, "-e", extras, *extra)
-    location = getattr(session.virtualenv, "location", None)
-    stamp = Path(location, STAMP) if location else None
-    key = _install_key(*torch_args, *args)
-    if stamp is not None and stamp.is_file() and stamp.read_text() == key:
+    stamp, key = Path(session.virtualenv.location, STAMP), _install_key(*torch_args, *args)
+    if stamp.is_file() and stamp.read_text() == key:
         session.log(f"installs skipped: {stamp} says this environment has them (delete it to reinstall)")
         return
     session.install(*torch_args)
     session.install(*args)
-    if stamp is not None:
-        stamp.write_text(key)
+    stamp.write_text(key)
 
 
 def _install_sdk3(session: nox.Session, *extra: str) -> None:
