@@ -293,8 +293,10 @@ def ensure(install: InstallSet, log: Path, *, env: Mapping[str, str] | None = No
     """Make ``install``'s layers where they are missing (pip's output to ``log``); return them in
     ``sys.path`` order. Raises :class:`~emulator.errors.BackendUnavailable` naming the layer and
     ``log`` when pip fails."""
-    pip_env = pip_environment(env)
     base, top = base_layer(install), image_layer(install)
+    if base.ready and top.ready:  # nothing to install: no pip (reading its configuration starts a Python)
+        return [top, base]
+    pip_env = pip_environment(env)
     _require_disk([(layer, kind) for layer, kind in ((base, base_kind(install)), (top, "image")) if not layer.ready])
     if not (base.ready and top.ready):
         _require_pip()

@@ -80,6 +80,30 @@ def test_layers_pip_keeps_the_index_and_drops_find_links(monkeypatch: pytest.Mon
     assert env["PIP_TIMEOUT"] == "60" and env["HOME"] == "/root" and env["PIP_CONFIG_FILE"] == "/dev/null"
 
 
+def test_ready_layers_are_returned_without_asking_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every job calls ``ensure``: with both layers made it returns them in ``sys.path`` order and runs
+    no pip (``pip config list`` starts a Python: about 0.7 CPU-s per job); with one missing, it asks."""
+    install = frameworks.install_set(dlc.image(dlc.CURRENT_IMAGE))
+    monkeypatch.setattr(layers, "LAYERS", tmp_path)
+    asked: list[str] = []
+
+    def config(env: object) -> dict[str, str]:
+        asked.append("pip config")
+        raise RuntimeError("stop before any install")
+
+    monkeypatch.setattr(layers, "_pip_config", config)
+    base, top = layers.base_layer(install), layers.image_layer(install)
+    base.path.mkdir()
+    (base.path / ".ready").touch()
+    with pytest.raises(RuntimeError, match="stop before any install"):
+        layers.ensure(install, tmp_path / "pip.log")
+    assert asked == ["pip config"]
+    top.path.mkdir()
+    (top.path / ".ready").touch()
+    assert layers.ensure(install, tmp_path / "pip.log") == [top, base]
+    assert asked == ["pip config"] and not (tmp_path / "pip.log").exists()
+
+
 def test_a_family_shares_one_torch_layer() -> None:
     """The CPU, GPU and Hugging Face images of a family install the same torch builds: one base layer."""
     def base(image_id: str) -> Path:
