@@ -72,6 +72,7 @@ INHOST_ROOT = P.DOCKER_INHOST_ROOT
 #: PATH of the emulator image (docker/Dockerfile ENV).
 IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KEY_NAME = "id_rsa"  # the per-cluster root key, in job.scratch/ssh and /root/.ssh
+HOST_KEY = "ssh_host_ed25519_key"  # the cluster's sshd host key, in /etc/ssh (one of sshd's default names)
 SHM_SIZE = "1g"  # SageMaker hosts have a large /dev/shm; docker's default 64 MB breaks DataLoader
 API_TIMEOUT = 120.0  # seconds for ordinary engine calls
 STREAM_TIMEOUT = 10 * 24 * 3600.0  # log streams and waits: effectively never
@@ -101,24 +102,29 @@ def engine_error(what: str, e: BaseException) -> BackendUnavailable:
         f"JOB_DIR`), or force copied files with {files.FILES_ENV}=copy if a bind mount is what failed")
 
 
-def _make_keypair(folder: Path, name: str = KEY_NAME) -> tuple[bytes, bytes]:
-    """A fresh RSA keypair for one cluster (``id_rsa``, as in the DLC): (private, public line)."""
+def _make_keypair(folder: Path, name: str = KEY_NAME, kind: str = "rsa") -> tuple[bytes, bytes]:
+    """A fresh keypair in ``folder``: (private, public line). ``rsa`` (3072 bits, ssh-keygen's
+    default) for the cluster's root key (``id_rsa``, as in the DLC); ``ed25519`` for the sshd host
+    key, which no script sees (ssh's known-hosts file is ``/dev/null``) and which takes about a
+    hundredth of an RSA key's CPU to make (an RSA key: about 1 CPU-s; two per job)."""
     folder.mkdir(parents=True, exist_ok=True)
     key = folder / name
     for f in (key, key.with_suffix(".pub")):
         f.unlink(missing_ok=True)
     if shutil.which("ssh-keygen"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C",
+        size = ["-b", "3072"] if kind == "rsa" else []
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, *size, "-N", "", "-C",
                         "sagemaker-emulator", "-f", str(key)], check=True,
                        stdin=subprocess.DEVNULL)
         return key.read_bytes(), key.with_suffix(".pub").read_bytes()
     try:
         from cryptography.hazmat.primitives import serialization as ser
-        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
     except ImportError as e:
         raise BackendUnavailable("the docker backend needs ssh-keygen (apt-get install "
                                  "openssh-client) to make the cluster's ssh key") from e
-    k = rsa.generate_private_key(public_exponent=65537, key_size=3072)
+    k = (rsa.generate_private_key(public_exponent=65537, key_size=3072) if kind == "rsa"
+         else ed25519.Ed25519PrivateKey.generate())
     priv = k.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
     pub = k.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
     key.write_bytes(priv)
@@ -143,8 +149,8 @@ def _ssh_archive(private: bytes, public: bytes, host_key: tuple[bytes, bytes]) -
             info = tarfile.TarInfo(f"root/.ssh/{name}")
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
-        for name, data, mode in (("ssh_host_rsa_key", host_key[0], 0o600),
-                                 ("ssh_host_rsa_key.pub", host_key[1], 0o644)):
+        for name, data, mode in ((HOST_KEY, host_key[0], 0o600),
+                                 (f"{HOST_KEY}.pub", host_key[1], 0o644)):
             info = tarfile.TarInfo(f"etc/ssh/{name}")
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
@@ -563,7 +569,7 @@ class DockerBackend:
         step = "make the cluster's ssh keys"
         try:
             private, public = _make_keypair(spec.scratch / "ssh")
-            keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key"))
+            keys = _ssh_archive(private, public, _make_keypair(spec.scratch / "ssh", "host_key", "ed25519"))
             stream_client = engine.client(STREAM_TIMEOUT)
             for h in spec.hosts:
                 step = f"create the container of {h.name} from {h.image}"
@@ -620,7 +626,7 @@ def names_and_ssh(job_id: str, hosts: Sequence[str], scratch: Path) -> dict[str,
     return {"network": network_name(job_id), "containers": {h: container_name(job_id, h) for h in hosts},
             "ssh": {"made_at_start_in": str(scratch / "ssh"),
                     "in_host": [f"/root/.ssh/{KEY_NAME}", f"/root/.ssh/{KEY_NAME}.pub", "/root/.ssh/authorized_keys",
-                                "/root/.ssh/config", "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_rsa_key.pub"]}}
+                                "/root/.ssh/config", f"/etc/ssh/{HOST_KEY}", f"/etc/ssh/{HOST_KEY}.pub"]}}
 
 
 def _inhost_source() -> Path:
