@@ -298,8 +298,7 @@ def ensure(install: InstallSet, log: Path, *, env: Mapping[str, str] | None = No
         return [top, base]
     pip_env = pip_environment(env)
     _require_disk([(layer, kind) for layer, kind in ((base, base_kind(install)), (top, "image")) if not layer.ready])
-    if not (base.ready and top.ready):
-        _require_pip()
+    _require_pip()
     _make(base, log, lambda part: _install_base(install, part, log, pip_env),
           record={"torch_index": install.torch_index})
     _make(top, log, lambda part: _install_image(install, base, part, log, pip_env))

@@ -106,7 +106,7 @@ def _make_keypair(folder: Path, name: str = KEY_NAME, kind: str = "rsa") -> tupl
     """A fresh keypair in ``folder``: (private, public line). ``rsa`` (3072 bits, ssh-keygen's
     default) for the cluster's root key (``id_rsa``, as in the DLC); ``ed25519`` for the sshd host
     key, which no script sees (ssh's known-hosts file is ``/dev/null``) and which takes about a
-    hundredth of an RSA key's CPU to make (an RSA key: about 1 CPU-s; two per job)."""
+    hundredth of an RSA key's CPU to make (an RSA 3072 key: about 1 CPU-s)."""
     folder.mkdir(parents=True, exist_ok=True)
     key = folder / name
     for f in (key, key.with_suffix(".pub")):
