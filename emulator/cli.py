@@ -99,10 +99,12 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    "(a deviation; never for --real comparisons)")
     p.add_argument("--fast-start", action="store_true",
                    help="fork torchrun and its ranks from a pre-imported interpreter per host where the job's "
-                        "PYTHONHASHSEED is a fixed number (process backend; a recorded deviation, see README)")
+                        "PYTHONHASHSEED is a fixed number (process backend; a recorded deviation, "
+                        "see docs/reference/performance.md)")
     p.add_argument("--profile", default=None, metavar="exact|ci",
                    help=f"exact (default, unless ${PROFILE_VAR} names another): every host as on SageMaker; ci: "
-                        "every speed-up that changes nothing a script can observe except time (see README, Profiles)")
+                        "every speed-up that changes nothing a script can observe except time "
+                        "(see docs/reference/profiles.md)")
     p.add_argument("--forward-aws-credentials", action="store_true",
                    help="pass this machine's AWS credentials into the hosts (off by default)")
     p.add_argument("--pass-env", action="append", default=[], metavar="NAME",

@@ -70,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     tempfile.tempdir = private
 
 
-#: The kind of test each folder of tests/ holds (README "Contributing"), applied as a marker by folder:
+#: The kind of test each folder of tests/ holds (``docs/contributing.md``), applied as a marker by folder:
 #: ``-m unit`` is the loop to run while editing (``nox -s unit``).
 FOLDER_KINDS = {
     "unit": "unit",  # no host started, no engine, no network namespace: pure functions, fakes, plans
@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = FOLDER_KINDS.get(parts[0]) if len(parts) > 1 else None
         if kind is None:
             raise pytest.UsageError(f"{item.nodeid}: a test module belongs in one of tests/"
-                                    f"{{{','.join(FOLDER_KINDS)}}}/ (README, Contributing)")
+                                    f"{{{','.join(FOLDER_KINDS)}}}/ (docs/contributing.md)")
         item.add_marker(kind)
 
 

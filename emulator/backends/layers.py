@@ -72,8 +72,8 @@ MANIFEST = "manifest.json"
 INSTALL_TIMEOUT = 3600
 #: Keys of this machine's pip configuration the layers' pip keeps (see the module docstring).
 KEPT_PIP_CONFIG = ("index-url", "cert", "client-cert", "proxy", "trusted-host", "timeout", "retries")
-#: Disk a layer takes once made, for the check before one is made (measured, README "The DLC's
-#: packages": a family's torch from PyPI with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5;
+#: Disk a layer takes once made, for the check before one is made (measured, docs/guides/frameworks.md,
+#: "The DLC's packages": a family's torch from PyPI with its nvidia-* wheels 5.0 GB for 2.13, 5.5 GB for 2.5;
 #: torch 2.13.0+cpu alone 0.76 GB installed, so a ``+cpu`` base layer with numpy, sympy, ... about
 #: 1 GB; an image layer 1.6 to 1.8 GB, a Hugging Face one 2.1 GB), with room for pip's unpacking.
 #: ``base-none``: a set without torch builds (a stand-in image) makes an empty base layer.

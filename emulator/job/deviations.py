@@ -3,7 +3,7 @@
 Each entry is a sentence for ``job.json``'s ``Emulator.Deviations`` (and the console). Only
 deviations a request or an option chose are listed here — the speed-ups of its profile
 (:mod:`emulator.job.profiles`) and its own switches; the emulator's fixed differences are in the
-README's "What is and is not emulated".
+docs' "What is and is not emulated" (``docs/reference/differences.md``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,6 @@ def for_request(request: JobRequest, framework: Mapping[str, Any] | None = None,
                            f"{itype.name} (instance group {group.name}); SM_NUM_GPUS and the ranks per host "
                            "follow the smaller count")
     if request.smddp_strict:
-        out.append("SMDDP strict: the smddp stand-in refuses limits that are only inferred (see the README)")
+        out.append("SMDDP strict: the smddp stand-in refuses limits that are only inferred (see docs/guides/mpi.md)")
     out += list((framework or {}).get("Deviations") or ())
     return out

@@ -519,7 +519,7 @@ def _with_torch_build(deviations: list[str], image: dlc.Image, build: Mapping[st
 
 
 def table(families: Iterable[Family] = FAMILIES) -> list[Mapping[str, str]]:
-    """Rows for people (README, ``python -m emulator frameworks``): one per family."""
+    """Rows for people (``docs/guides/frameworks.md``, ``python -m emulator frameworks``): one per family."""
     return [{"family": f.name, "dlc": ", ".join(f"{v} {'/'.join(f.dlc_py)}" for v in f.dlc_versions),
              "torch": f.torch, "python": f"{f.python} ({f.suite})",
              "toolkits": "/".join(f.toolkit) + ("" if f.toolkit_source else " (pinned)"),

@@ -14,7 +14,7 @@ What SageMaker documents, and the emulator does the same way:
 * ``FinalMetricDataList`` holds one ``MetricData`` (``MetricName``, ``Value``, ``Timestamp``) per
   metric that was emitted, at most 40.
 
-Inferred, not documented (listed in the README's known differences): the value is the regex's
+Inferred, not documented (listed in the known differences, ``docs/reference/differences.md``): the value is the regex's
 first capture group (the whole match when it has none); the first match in a line counts; the
 final value is the one emitted last (by time, over every host); the regex dialect is Python's
 ``re`` (SageMaker's engine is not documented: a regex Python cannot compile is refused as the

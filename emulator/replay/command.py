@@ -79,8 +79,8 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=DEFAULT_BACKEND, choices=[AUTO, *BACKENDS])
     p.add_argument("--output-dir", default="./replay-out", help="the replay's job folder goes here")
     p.add_argument("--profile", metavar="exact|ci",
-                   help=f"exact or ci (see README, Profiles); default: the profile an emulator job.json records, "
-                        f"else {EXACT}")
+                   help=f"exact or ci (see docs/reference/profiles.md); default: the profile an emulator "
+                        f"job.json records, else {EXACT}")
     p.add_argument("--framework-version", help="run this framework instead of the one TrainingImage names "
                                                "('current': this machine's torch)")
 

@@ -1,7 +1,8 @@
 """The same rank-environment dump on the process and docker backends, for every distribution.
 
-Fails on any difference that is not in ``DOCUMENTED`` (the README's list of backend
-differences). ``test_comparison_catches_a_changed_variable`` proves the comparison can fail.
+Fails on any difference that is not in ``DOCUMENTED`` (the list of backend differences in
+``docs/guides/docker.md``). ``test_comparison_catches_a_changed_variable`` proves the comparison
+can fail.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ DISTRIBUTIONS = {
 COMPARED = re.compile(r"^(SM_|SAGEMAKER_|TRAINING_JOB_|AWS_|OMPI_COMM_WORLD_|NCCL_|SMDATAPARALLEL_|FI_|RDMAV_|"
                       r"EMULATOR_|TORCHELASTIC_|MASTER_|CURRENT_HOST$|RANK$|WORLD_SIZE$|LOCAL_RANK$|"
                       r"LOCAL_WORLD_SIZE$|GROUP_RANK$|GROUP_WORLD_SIZE$|ROLE_|GLOO_|PYTHONUNBUFFERED$|LC_ALL$)")
-#: Documented differences (README, "Docker backend"): name → why it may differ or be missing.
+#: Documented differences (``docs/guides/docker.md``): name → why it may differ or be missing.
 DOCUMENTED = {
     "SM_TRAINING_ENV": "holds interpreter-specific paths of the host's Python",
     "TORCHELASTIC_RUN_ID": "random per launch",

@@ -71,10 +71,11 @@ def test_frozen_host_ends_at_max_runtime(tmp_path: Path) -> None:
 
 
 def test_network_cut_host_hangs_its_peer(tmp_path: Path) -> None:
-    """README fault table, ``netcut``: connections get no answer (no RST) and an exchange between
-    the hosts hangs, so the job would run until MaxRuntime. Here a stop request ends it once both
-    hosts are seen hanging: the deadline is a wall clock that a loaded machine may spend starting
-    hosts (MaxRuntime itself is tested with a frozen host above)."""
+    """The fault table (``docs/guides/debugging.md``), ``netcut``: connections get no answer (no
+    RST) and an exchange between the hosts hangs, so the job would run until MaxRuntime. Here a
+    stop request ends it once both hosts are seen hanging: the deadline is a wall clock that a
+    loaded machine may spend starting hosts (MaxRuntime itself is tested with a frozen host
+    above)."""
     src = tmp_path / "src"
     src.mkdir()
     # What each host saw goes to /opt/ml/model (model.tar.gz is built for a stopped job too): the

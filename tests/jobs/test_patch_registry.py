@@ -1,5 +1,5 @@
 """The patch registry (``emulator/inhost/site/_sm_emulator_patches.py``) against what is installed,
-against what the in-host code really changes, and against the README.
+against what the in-host code really changes, and against the docs (``docs/reference/patches.md``).
 
 - Every entry's recorded fingerprint is compared with the installed pinned package (the oracle:
   torch 2.13.0, sagemaker-training 5.1.4, pytorch-lightning 2.6.x here; pytorch-lightning 1.5.10
@@ -8,7 +8,8 @@ against what the in-host code really changes, and against the README.
   applicable entry is applied: the attributes of every patched owner are snapshotted before and
   after the in-host patch functions run, in a process of its own, and the difference must be
   exactly the registry's.
-- The README's table is the registry's (``python -m emulator.inhost.patches --markdown``).
+- The table in ``docs/reference/patches.md`` is the registry's (``python -m emulator.inhost.patches
+  --markdown``).
 - The check itself: a missing or renamed target makes a critical patch raise and a non-critical
   wrap skip, with what changed on stderr (fake modules named like the real ones).
 """
@@ -83,11 +84,13 @@ def test_hooks_watch_the_registered_modules() -> None:
     assert list(listed) == [p.attribute for p in registry.entries("collectives")]
 
 
-def test_readme_table_is_the_registry() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_table_is_the_registry() -> None:
+    """The patch table of the documentation site (``docs/reference/patches.md``), between its
+    markers, is exactly what ``python -m emulator.inhost.patches --markdown`` prints."""
+    page = (ROOT / "docs" / "reference" / "patches.md").read_text()
     start, end = "<!-- patch-registry: start -->\n", "<!-- patch-registry: end -->"
-    assert start in readme and end in readme
-    table = readme.split(start, 1)[1].split(end, 1)[0]
+    assert start in page and end in page
+    table = page.split(start, 1)[1].split(end, 1)[0]
     assert table == registry.markdown(), "regenerate with: python -m emulator.inhost.patches --markdown"
 
 

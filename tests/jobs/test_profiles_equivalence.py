@@ -8,7 +8,7 @@ and ``environ``, ``sys.path``, stdio, signals, limits, capabilities, cwd, hostna
 ``/opt/ml``, then torch's thread counts); the job's status, every host's exit code, the failure
 reason and the artifacts' members are compared too. Any difference not in :data:`LISTED` (or, for the
 Open MPI names in :data:`PID_DERIVED`, one beyond their numbers) fails
-(the README's list of the ``ci`` profile's differences; ``test_comparison_finds_a_difference``
+(the list of the ``ci`` profile's differences in ``docs/reference/profiles.md``; ``test_comparison_finds_a_difference``
 proves the comparison can fail). The ``ci`` jobs must really have run with the profile's
 speed-ups, recorded in ``Emulator.Deviations``; the MPI-family ones' toolkits must have skipped
 the fixed 30-s sleep (``emulator/job/profiles.py``; the sleep itself: sagemaker-training 5.1.4,
@@ -41,7 +41,7 @@ DISTRIBUTIONS: dict[str, Any] = {
     "smdistributed": {"smdistributed": {"dataparallel": {"enabled": True}}},
     "mpi": {"mpi": {"enabled": True, "processes_per_host": 2}},
 }
-#: What may differ between the profiles, and why (the README's list).
+#: What may differ between the profiles, and why (the list in ``docs/reference/profiles.md``).
 LISTED = {
     "TORCHELASTIC_RUN_ID": "random per torchrun launch",
     "TORCHELASTIC_ERROR_FILE": "a temp path chosen by torchrun",

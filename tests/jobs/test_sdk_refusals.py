@@ -164,7 +164,7 @@ def test_what_the_sdk_accepts_builds_a_request(case: tuple[str, dict[str, Any]],
 
 @pytest.mark.parametrize("instance_type", [TRN, "ml.trn1.2xlarge", "ml.trn2.48xlarge", "ml.inf2.xlarge"])
 def test_neuron_types_are_refused_before_start(instance_type: str, workspace: Path) -> None:
-    """The README: Trainium is refused with a clear error (here with torch_distributed, which the
+    """``docs/reference/differences.md``: Trainium is refused with a clear error (here with torch_distributed, which the
     SDK accepts on Trainium for 2.0.0)."""
     kwargs = {"instance_type": instance_type, "framework_version": "2.0.0", "py_version": "py310",
               "distribution": {"torch_distributed": ON}}

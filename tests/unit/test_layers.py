@@ -271,7 +271,7 @@ def test_job_json_says_which_torch_build_the_layer_holds(tmp_path: Path, monkeyp
 
 def test_the_disk_check_counts_the_torch_build_that_will_be_used(tmp_path: Path) -> None:
     """A 5 GB cache disk (a tmpfs in a mount namespace; statvfs(2) is the oracle): a family's layers
-    with PyPI's CUDA torch (4.6 to 5.5 GB measured for the torch layer alone, README) are refused
+    with PyPI's CUDA torch (4.6 to 5.5 GB measured for the torch layer alone, docs/guides/frameworks.md) are refused
     before any download, with the prune fix; with the +cpu builds (torch 2.13.0+cpu: 0.76 GB installed)
     they are not refused, nor is a set without torch builds (its base layer is empty). ``ensure`` is
     not called: nothing may download here."""

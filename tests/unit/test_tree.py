@@ -1,4 +1,4 @@
-"""The test tree shows its kinds (README, Contributing): every module sits in tests/unit, tests/jobs
+"""The test tree shows its kinds (``docs/contributing.md``): every module sits in tests/unit, tests/jobs
 or tests/docker, and a unit test cannot start a host."""
 
 from __future__ import annotations

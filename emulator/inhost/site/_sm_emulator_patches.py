@@ -29,9 +29,10 @@ or broken is skipped (the unpatched call then fails as it would on a CPU machine
 compiled with CUDA", "not emulated: torch.cuda.CUDAGraph" ...), a replacement is applied anyway (it
 is the emulator's own implementation and does not call the original).
 
-The README's list of patches is generated from this module (``python -m emulator.inhost.patches
---markdown``; ``tests/jobs/test_patch_registry.py`` fails when they differ) and every entry is checked
-against the installed pinned packages by the same test (``--check`` runs that check here).
+The table of patches in ``docs/reference/patches.md`` is generated from this module (``python -m
+emulator.inhost.patches --markdown``; ``tests/jobs/test_patch_registry.py`` fails when they differ)
+and every entry is checked against the installed pinned packages by the same test (``--check`` runs
+that check here).
 
 Standard library only: imported in every host process that patches anything.
 """
@@ -91,7 +92,7 @@ class Group:
 
     name: str
     by: str  # the in-host module that applies them
-    when: str  # the condition, as the README states it
+    when: str  # the condition, as the docs' patch table states it
     why: str
     critical: bool = False
 
@@ -692,7 +693,7 @@ def check_installed(patches: Iterable[Patch] = REGISTRY) -> tuple[list[str], lis
 
 
 def markdown() -> str:
-    """The README's table of patches: one row per group and owning module."""
+    """The table of patches in ``docs/reference/patches.md``: one row per group and owning module."""
     rows = ["| module: patched attributes (pinned version) | when | why | target missing or changed |",
             "|---|---|---|---|"]
     seen: dict[tuple[str, str], list[Patch]] = {}
@@ -712,7 +713,7 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--markdown``: print the README table; ``--check``: check the installed packages."""
+    """``--markdown``: print the docs' patch table; ``--check``: check the installed packages."""
     args = sys.argv[1:] if argv is None else argv
     if args == ["--markdown"]:
         print(markdown(), end="")
