@@ -1,4 +1,5 @@
-"""Sessions: tests (default), unit, tests_sdk3, families, emulate, emulate_sdk3, lint, image, bench, flakes."""
+"""Sessions: tests (default), unit, tests_sdk3, families, emulate, emulate_sdk3, lint, docs, image, bench,
+flakes."""
 
 from __future__ import annotations
 
@@ -143,6 +144,25 @@ def lint(session: nox.Session) -> None:
     _install(session, "ruff", "mypy")
     session.run("ruff", "check", "emulator", "fixtures", "tests", "noxfile.py")
     session.run("mypy", "emulator", "fixtures")
+
+
+#: The documentation site's tools (``mkdocs.yml``), pinned: a new release may warn where this one
+#: did not, and ``--strict`` makes every warning an error.
+DOCS_TOOLS = ("mkdocs==1.6.1", "mkdocs-material==9.8.2")
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (``docs/``, ``mkdocs.yml``) with warnings as errors: a broken
+    link or anchor, a page missing from the nav or a nav entry without its page fails. The site
+    goes to ``site/`` (ignored by git). Its own environment holds only the tools, installed once
+    (the same stamp as ``_install``'s), so a reused one builds in seconds."""
+    stamp, key = Path(session.virtualenv.location, STAMP), _install_key(*PIP, *DOCS_TOOLS)
+    if not (stamp.is_file() and stamp.read_text() == key):
+        session.install(*PIP, *DOCS_TOOLS)
+        stamp.write_text(key)
+    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "site", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=False, default=False)
