@@ -2,10 +2,12 @@
 
 The in-host code (``_sm_emulator_exits.mark_ended``) writes ``ended-<host>-<pid>.txt`` when a
 process's main script has ended (its last line, ``sys.exit`` or an uncaught exception, and its
-non-daemon threads) and points ``faulthandler`` at that file. A fatal signal during interpreter
-exit (``atexit`` handlers, finalisation: gloo's teardown aborting with "terminate called without
-an active exception", an ``os.abort()`` in an ``atexit`` handler) leaves ``Fatal Python error:
-<signal>`` and the threads' Python stacks there.
+non-daemon threads). ``faulthandler`` writes to the process's whole-life ``fatal-<host>-<pid>.txt``
+(or, where that could not be set, to the ``ended-`` file, pointed at from then on). A fatal signal
+during interpreter exit (``atexit`` handlers, finalisation: gloo's teardown aborting with
+"terminate called without an active exception", an ``os.abort()`` in an ``atexit`` handler) leaves
+``Fatal Python error: <signal>`` and the threads' Python stacks there; a process that has an
+``ended-`` mark and such a dump died after its script's last line.
 
 For a ``Failed`` job, this observer names those processes per host — rank, PID, command, the
 signal, the innermost Python frame of the thread that died (none for a C++ thread, e.g. a gloo
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..inhost.protocol import ENDED_PREFIX
+from ..inhost.protocol import ENDED_PREFIX, FATAL_PREFIX
 from ..job.request import host_order
 from ..job.result import Diagnostic
 from ..observers import AttemptRecords, FinishContext, Report
@@ -39,6 +41,20 @@ TERMINATE = "terminate called without an active exception"
 _FATAL = re.compile(r"^Fatal Python error: (.+)$", re.M)
 _CURRENT = re.compile(r"^Current thread 0x[0-9a-f]+ \(most recent call first\):\n((?:  .*\n?)*)", re.M)
 _FRAME = re.compile(r'File "(.+)", line (\d+) in (\S+)')
+_FATAL_START = re.compile(r"^# sm-emulator-fatal pid=\d+ .*?start=([\d.]+)")
+
+
+def _whole_life_dump(path: Path, ended: float) -> str:
+    """The dump in the ``fatal-`` file of the process that wrote ``ended-`` file ``path``: '' when
+    there is none, or when that file belongs to a later process with the same PID (it started after
+    this one's script had ended)."""
+    try:
+        header, _, dump = (path.parent / (FATAL_PREFIX + path.name[len(ENDED_PREFIX):])).read_text(
+            errors="replace").partition("\n")
+    except OSError:
+        return ""
+    start = _FATAL_START.match(header)
+    return dump if start is not None and float(start.group(1)) <= ended else ""
 
 
 def load(diag_dir: Path, *, since: float = 0.0) -> list[dict[str, Any]]:
@@ -50,8 +66,13 @@ def load(diag_dir: Path, *, since: float = 0.0) -> list[dict[str, Any]]:
             data = json.loads(header)
         except (OSError, ValueError):
             continue
+        if not isinstance(data, dict) or float(data.get("time", 0)) < since:
+            continue
         fatal = _FATAL.search(dump)
-        if not isinstance(data, dict) or fatal is None or float(data.get("time", 0)) < since:
+        if fatal is None:
+            dump = _whole_life_dump(path, float(data.get("time", 0)))
+            fatal = _FATAL.search(dump)
+        if fatal is None:
             continue
         data["fatal"] = fatal.group(1).strip()
         current = _CURRENT.search(dump)

@@ -9,17 +9,37 @@ costs anything until an exception escapes:
   spawn) ended with a non-zero exit code — multiprocessing catches the exception and prints it
   itself, so ``sys.excepthook`` never sees it.
 
+A fatal signal, for the whole life of the process: at interpreter start, ``faulthandler`` is
+enabled (all threads) into ``fatal-<hostname>-<pid>.txt`` in ``EMULATOR_DIAG_DIR`` (a one-line
+header ``# sm-emulator-fatal pid=<pid> rank=<..> local=<..> start=<time> argv=<repr>``), never
+into the job's stderr: what the job prints stays what it prints on SageMaker, where nothing
+enables it. When SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL ends the process, the C handler
+appends ``Fatal Python error: <signal>`` and every thread's Python stack, then re-raises the
+signal, so the process still dies of it (its parent sees the same status). The file's mtime is
+then the time of death (``emulator.diagnostics.firstdeath`` orders deaths by it). Cost at start:
+one ``open``, one ``write`` and ``faulthandler.enable`` (five ``sigaction`` calls and an
+alternate signal stack); no import beyond the built-in ``faulthandler``. Not done when
+``faulthandler`` is already enabled at start (``PYTHONFAULTHANDLER``, ``-X faulthandler``): then
+it stays as it was set. A script that enables it later (``faulthandler.enable()``, torch elastic's
+``@record``) replaces the emulator's file, as it would replace stderr: its choice wins. A forked
+child (DataLoader workers, ``multiprocessing``) opens its own file while the emulator's file is
+still the handler's (``os.register_at_fork``). Not emulated, and one visible difference: a script
+that asks ``faulthandler.is_enabled()`` gets True, where on SageMaker it gets False.
+
 And one mark that is not an abnormal end: when the main script has ended (``threading._shutdown``,
 which the interpreter calls after the last line, a ``sys.exit`` or an uncaught exception, once
 non-daemon threads have ended, before ``atexit`` handlers and finalisation), the process writes
-``ended-<hostname>-<pid>.txt`` (a JSON header line) and points ``faulthandler`` at it, unless the
-script enabled ``faulthandler`` itself. A fatal signal during interpreter exit (gloo's teardown
-aborting, an ``os.abort()`` in an ``atexit`` handler) then leaves its Python stacks there, so the
-emulator can say that the process died *after* the script's last line (``emulator.diagnostics.exitdeaths``).
-``os._exit`` skips all of it, as it skips exit itself.
+``ended-<hostname>-<pid>.txt`` (a JSON header line), unless the script enabled ``faulthandler``
+itself. Where the whole-life handler above is not the emulator's file (it could not be opened),
+``faulthandler`` is pointed at the ``ended-`` file instead. A fatal signal during interpreter exit
+(gloo's teardown aborting, an ``os.abort()`` in an ``atexit`` handler) then leaves its Python
+stacks in the ``fatal-`` (or ``ended-``) file after that mark, so the emulator can say that the
+process died *after* the script's last line (``emulator.diagnostics.exitdeaths``). ``os._exit``
+skips all of it, as it skips exit itself.
 
 Each hook writes ``exit-<hostname>-<pid>-<n>.json`` (kind, exception type and first line of its text,
-the innermost frame, rank, argv, time) and then does exactly what the original hook did. The
+the innermost frame, the traceback's frames innermost first (``stack``, at most
+:data:`STACK_FRAMES`), rank, local rank, argv, time) and then does exactly what the original hook did. The
 emulator warns about these records when the job still ended ``Completed`` (``emulator.diagnostics.quiet``).
 A traceback that a script prints and handles itself (``traceback.print_exc()``,
 ``logging.exception``) does not go through these hooks and is not recorded: on purpose.
@@ -31,10 +51,16 @@ import os
 import sys
 
 # From ``_sm_emulator_names`` (importing ``_sm_emulator_protocol`` at every process start costs ~15 ms).
-from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, ENV_DLC, ENV_DLC_GAPS, EXIT_PREFIX
+from _sm_emulator_names import ENDED_PREFIX, ENV_DIAG_DIR, ENV_DLC, ENV_DLC_GAPS, EXIT_PREFIX, FATAL_PREFIX
 
 _COUNT = [0]
 _ENDED: list[object] = []  # the open file faulthandler writes to (kept open until the process ends)
+#: The emulator's whole-life ``faulthandler`` file (an unbuffered ``FileIO``, kept open until the
+#: process ends) and its reference count while ``faulthandler`` holds it (see :func:`_fatal_is_ours`).
+_FATAL: list[object] = []
+_FATAL_REFS = [0]
+#: At most this many frames of an exception's traceback are recorded (innermost first).
+STACK_FRAMES = 30
 
 
 def _where(tb: object) -> str:
@@ -45,6 +71,16 @@ def _where(tb: object) -> str:
         return ""
     code = last.tb_frame.f_code
     return f"{code.co_filename}:{last.tb_lineno} in {code.co_name}"
+
+
+def _stack(tb: object) -> list[str]:
+    """``file:line in function`` of each traceback frame, innermost first (at most :data:`STACK_FRAMES`)."""
+    frames = []
+    while tb is not None:
+        code = tb.tb_frame.f_code  # type: ignore[attr-defined]
+        frames.append(f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}")  # type: ignore[attr-defined]
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return frames[::-1][:STACK_FRAMES]
 
 
 def record(kind: str, exc: BaseException | None = None, tb: object = None, **extra: object) -> None:
@@ -58,13 +94,16 @@ def record(kind: str, exc: BaseException | None = None, tb: object = None, **ext
             return
         _COUNT[0] += 1
         host = os.uname().nodename
+        tb = tb if tb is not None else getattr(exc, "__traceback__", None)
         data = {
             "kind": kind, "host": host, "pid": os.getpid(), "ppid": os.getppid(), "time": time.time(),
             "rank": os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK"),
+            "local_rank": os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK"),
             "argv": list(getattr(sys, "argv", []))[:6],
             "exception": None if exc is None else type(exc).__name__,
             "message": None if exc is None else (str(exc).strip().splitlines() or [""])[0][:300],
-            "where": _where(tb if tb is not None else getattr(exc, "__traceback__", None)),
+            "where": _where(tb),
+            "stack": _stack(tb),
             **extra,
         }  # fmt: skip
         path = os.path.join(directory, f"{EXIT_PREFIX}{host}-{os.getpid()}-{_COUNT[0]}.json")
@@ -155,15 +194,55 @@ def _excepthook(original: object) -> object:
     return hook
 
 
+def _fatal_is_ours() -> bool:
+    """True while ``faulthandler`` is enabled into the emulator's ``fatal-`` file. ``faulthandler``
+    holds a reference to the file object it writes to and drops it when the script enables it
+    elsewhere or disables it: the reference count says which (no way to ask it for its file)."""
+    import faulthandler
+
+    return bool(_FATAL) and faulthandler.is_enabled() and sys.getrefcount(_FATAL[0]) >= _FATAL_REFS[0]
+
+
+def enable_fatal() -> None:
+    """Enable ``faulthandler`` into ``fatal-<host>-<pid>.txt`` for the rest of this process's life
+    (module docstring); never raises. In a forked child: a file of its own, if the parent's
+    handler was still the emulator's."""
+    try:
+        import faulthandler
+
+        directory = os.environ.get(ENV_DIAG_DIR)
+        if not directory or (faulthandler.is_enabled() and not _fatal_is_ours()):
+            return  # enabled by the interpreter's options or the script: left as it is
+        import time
+
+        pid = os.getpid()
+        env = os.environ
+        rank = env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK") or "-"
+        local = env.get("LOCAL_RANK") or env.get("OMPI_COMM_WORLD_LOCAL_RANK") or "-"
+        f = open(os.path.join(directory, f"{FATAL_PREFIX}{os.uname().nodename}-{pid}.txt"), "wb", buffering=0)  # noqa: SIM115
+        f.write(f"# sm-emulator-fatal pid={pid} rank={rank} local={local} start={time.time():.3f} "
+                f"argv={list(getattr(sys, 'argv', []))[:6]!r}\n".encode(errors="backslashreplace"))
+        faulthandler.enable(file=f, all_threads=True)
+        old = _FATAL[:]
+        _FATAL[:] = [f]
+        del f
+        _FATAL_REFS[0] = sys.getrefcount(_FATAL[0])
+        for previous in old:  # the parent's file, inherited through fork
+            previous.close()  # type: ignore[attr-defined]
+    except Exception:
+        pass
+
+
 def mark_ended() -> None:
-    """Write the ``ended-`` header and point ``faulthandler`` at that file (never raises)."""
+    """Write the ``ended-`` header; point ``faulthandler`` at that file when no handler is set (never raises)."""
     try:
         import faulthandler
         import json
         import time
 
         directory = os.environ.get(ENV_DIAG_DIR)
-        if not directory or _ENDED or faulthandler.is_enabled():
+        ours = _fatal_is_ours()
+        if not directory or _ENDED or (faulthandler.is_enabled() and not ours):
             return
         host = os.uname().nodename
         f = open(os.path.join(directory, f"{ENDED_PREFIX}{host}-{os.getpid()}.txt"), "w")  # noqa: SIM115
@@ -173,7 +252,8 @@ def mark_ended() -> None:
         f.write("\n")
         f.flush()
         _ENDED.append(f)
-        faulthandler.enable(file=f, all_threads=True)
+        if not ours:  # the whole-life handler is not there: catch a death at exit here
+            faulthandler.enable(file=f, all_threads=True)
     except Exception:
         pass
 
@@ -248,9 +328,12 @@ def _bootstrap_wrapper(original: object) -> object:
 
 
 def install() -> None:
-    """Wrap the hooks (the original behaviour is kept: each wrapper calls the original)."""
+    """Enable the whole-life ``faulthandler`` (here and in forked children) and wrap the hooks (the
+    original behaviour is kept: each wrapper calls the original)."""
     if not os.environ.get(ENV_DIAG_DIR):
         return
+    enable_fatal()
+    os.register_at_fork(after_in_child=enable_fatal)
     from _sm_emulator_importhook import when_imported
 
     if not getattr(sys.excepthook, "_sm_emulator_exits", False):

@@ -41,9 +41,15 @@ EXIT_PREFIX = "exit-"
 #: (``rdzv-<host>-<pid>.json``; see ``_sm_emulator_rendezvous`` and ``emulator.diagnostics.rendezvous``).
 RDZV_PREFIX = "rdzv-"
 #: Written by every Python process of a host once its main script (and its non-daemon threads) has
-#: ended: a JSON header line, then what ``faulthandler`` dumps if a fatal signal ends the process
-#: during interpreter exit (``_sm_emulator_exits``, ``emulator.diagnostics.exitdeaths``).
+#: ended: a JSON header line (then, only where the ``fatal-`` file below is not the handler's, what
+#: ``faulthandler`` dumps if a fatal signal ends the process during interpreter exit; see
+#: ``_sm_emulator_exits``, ``emulator.diagnostics.exitdeaths``).
 ENDED_PREFIX = "ended-"
+#: Where every Python process of a host points ``faulthandler`` for its whole life, unless it (or
+#: ``PYTHONFAULTHANDLER``/``-X faulthandler``) enabled it itself: a header line, then what
+#: ``faulthandler`` dumps when SIGSEGV/SIGABRT/SIGBUS/SIGFPE/SIGILL ends the process; the file's
+#: mtime is then the time of death (``_sm_emulator_exits``, ``emulator.diagnostics.firstdeath``).
+FATAL_PREFIX = "fatal-"
 #: The signal every Python process of a host registers ``faulthandler`` on at start (SIGRTMIN+23,
 #: i.e. SIGRTMAX-7 on Linux): a real-time signal nothing else in the stack uses. Its default action
 #: terminates, so the emulator sends it only to processes whose ``SigCgt`` shows a handler AND
