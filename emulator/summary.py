@@ -1,5 +1,6 @@
 """The console summary a job prints when it ends (``echo``): each host and how it ended, the
-status, the first failure's last log lines, ``FailureReason``, the observers' lines, warnings,
+status, the first rank to die (``Emulator.FirstDeath``: :mod:`emulator.diagnostics.firstdeath`),
+the first failing host's last log lines, ``FailureReason``, the observers' lines, warnings,
 diagnostics and where ``job.json`` is. For people; ``job.json`` (:mod:`emulator.description`) is
 the record."""
 
@@ -21,6 +22,12 @@ def write_summary(result: JobResult, stream: TextIO, console: Sequence[str]) -> 
     colour = "32" if result.ok else "31"
     stream.write("\n" + table(["host", "ended", "log"], rows) + "\n")
     stream.write(paint(f"{result.job_name}: {result.status} ({result.secondary_status})", colour, stream) + "\n")
+    first_death = result.first_death
+    if first_death is not None:  # above the host that exited first: often a secondary failure
+        from .diagnostics.firstdeath import headline
+
+        lines = headline(first_death)
+        stream.write(paint(lines[0], "31", stream) + "\n" + "".join(line + "\n" for line in lines[1:]))
     if result.first_failure is not None:
         host = next(h for h in result.hosts if h.name == result.first_failure)
         stream.write(f"first failure: {host.name} ({host.how}); last lines of {host.log}:\n")

@@ -176,11 +176,12 @@ def launch_plan(request: JobRequest, backend: Backend, *, caller_env: Mapping[st
 
 def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observer]:
     """Faults (when any), topology diagnostics, rendezvous checks, toolkit-quirk warnings, stack capture
-    at stop, collectives out of step, quiet failures, deaths at interpreter exit, the metric
-    definitions' values (when any), and the timeline (last: it draws every event)."""
+    at stop, collectives out of step, quiet failures, deaths at interpreter exit, the first rank to
+    die, the metric definitions' values (when any), and the timeline (last: it draws every event)."""
     from .diagnostics.collectives import CollectiveCheck
     from .diagnostics.exitdeaths import ExitDeaths
     from .diagnostics.faults import FaultObserver
+    from .diagnostics.firstdeath import FirstDeath
     from .diagnostics.metrics import MetricsObserver
     from .diagnostics.quiet import QuietFailures
     from .diagnostics.quirks import QuirkObserver
@@ -192,7 +193,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
 
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
-            StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), SmddpNotes(request),
+            StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), FirstDeath(), SmddpNotes(request),
             *([MetricsObserver(request.metric_definitions)] if request.metric_definitions else []),
             Timeline(request.job_name, png=request.speedups().timeline_png)]
 

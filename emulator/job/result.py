@@ -92,6 +92,14 @@ class JobResult:
     def ok(self) -> bool:
         return self.status == "Completed"
 
+    @property
+    def first_death(self) -> dict[str, Any] | None:
+        """``Emulator.FirstDeath`` of ``job.json``: the first rank to die in a failed job (host, rank,
+        signal or exception, stack; :mod:`emulator.diagnostics.firstdeath`); None when no rank died
+        or the job ran on SageMaker (which reports no such thing)."""
+        found = (self.description.get("Emulator") or {}).get("FirstDeath")
+        return found if isinstance(found, dict) else None
+
     def log(self, host: str = "algo-1") -> str:
         for h in self.hosts:
             if h.name == host:
