@@ -20,7 +20,10 @@ Emulated:
   (so a module never moved to the GPU is not refused here as it is on one); everything else
   (sharding, the broadcast of ``sync_module_states``, state dicts) is FSDP's own code on the CPU,
   over the gloo groups that stand in for nccl; its device handle is the emulated ``torch.cuda``
-  (streams, events, ``synchronize``), as on a GPU.
+  (streams, events, ``synchronize``), as on a GPU. Moving an unsharded flat parameter to the CPU
+  (``offload_to_cpu=True`` state dicts, ``summon_full_params``) copies it, as the GPU-to-host copy
+  does; FSDP then frees the "GPU" copy (on a CPU the move is a no-op, and the free would take the
+  parameter's memory: a SIGSEGV in the full state dict's gather).
 - FSDP2 (``fully_shard``) over ``init_device_mesh("cuda", ...)``: the mesh keeps device type
   ``cuda`` (as scripts see it), its groups are gloo; FSDP2 computes on the CPU device.
 
@@ -33,6 +36,7 @@ i)``); ``torch._C._get_accelerator()`` and so ``torch.get_device_module()`` with
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
 
@@ -110,6 +114,32 @@ def _cpu_for_cuda(device: Any, what: str) -> Any:
     return device
 
 
+def _copying_flat_param_to(original: Any) -> Any:
+    """``FlatParamHandle.flat_param_to`` that copies when it moves a flat parameter of the emulated
+    GPU (a CPU tensor) to the CPU, as the GPU-to-host copy it stands for does.
+
+    FSDP's ``FlatParamHandle.to_cpu`` (the ``offload_to_cpu=True`` of ``FullStateDictConfig`` and
+    ``summon_full_params``: accelerate's and so HF Trainer's FSDP ``save_model``) moves the unsharded
+    flat parameter to the CPU, then frees the unsharded storage on the compute device. On a GPU the
+    move is a copy; on a CPU the move is a no-op, so the free (``storage.resize_(0)``) takes the
+    parameter's own memory and the state dict reads freed memory: SIGSEGV with ``use_orig_params``,
+    "setStorage: ... out of bounds for storage of size 0" without (plain torch with
+    ``device_id="cpu"`` does the same). FSDP's other calls move to the compute device only when the
+    parameter is elsewhere (CPU offload), which never happens when both are the CPU."""
+    import torch
+
+    @functools.wraps(original)
+    def flat_param_to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        target = args[0] if args else kwargs.get("device")
+        on_cpu = self.flat_param.device.type == "cpu" and getattr(self, "device", None) == torch.device("cpu")
+        if on_cpu and target is not None and torch.device(target).type == "cpu" and not kwargs.get("copy"):
+            log_once("fsdp-to-cpu", "FSDP moves an unsharded parameter from the emulated GPU to the CPU: copied")
+            kwargs["copy"] = True
+        return original(self, *args, **kwargs)
+
+    return flat_param_to
+
+
 def patch_fsdp_module(module: ModuleType) -> None:
     """Adjust FSDP's device choice in ``module`` (one of :data:`FSDP_MODULES`), once."""
     if cuda_emu.gpu_count() == 0 or getattr(module, "_sm_emulator_fsdp", False):
@@ -134,6 +164,8 @@ def patch_fsdp_module(module: ModuleType) -> None:
 
         patches.wrap("cuda-fsdp", module, "FullyShardedDataParallel.__init__",
                      lambda original: patches.rebinding(original, adjust_v1))
+    elif module.__name__ == FSDP_MODULES[3]:
+        patches.wrap("cuda-fsdp", module, "FlatParamHandle.flat_param_to", _copying_flat_param_to)
     elif module.__name__ == FSDP_MODULES[1]:
         def accept_cpu_states(module_states: Any) -> None:
             """The emulated GPUs' tensors are CPU tensors: nothing to refuse (see the module docstring)."""

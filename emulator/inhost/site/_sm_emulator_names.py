@@ -83,7 +83,7 @@ LIGHTNING_DDP_MODULES = (
 #: module, its ``_init_utils``, and FSDP2's ``_fsdp_init`` (``_sm_emulator_devices`` tells them apart
 #: by position).
 FSDP_MODULES = ("torch.distributed.fsdp.fully_sharded_data_parallel", "torch.distributed.fsdp._init_utils",
-                "torch.distributed.fsdp._fully_shard._fsdp_init")
+                "torch.distributed.fsdp._fully_shard._fsdp_init", "torch.distributed.fsdp._flat_param")
 #: The toolkit modules whose sleeps ``EMULATOR_SHORT_TOOLKIT_SLEEPS=1`` caps (registry: ``short-sleeps``).
 TOOLKIT_SLEEP_MODULES = ("sagemaker_training.mpi", "sagemaker_training.smdataparallel")
 #: The toolkit module whose torch import ``EMULATOR_TOOLKIT_SKIPS_TORCH_IMPORT=1`` avoids

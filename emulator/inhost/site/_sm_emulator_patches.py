@@ -137,7 +137,8 @@ GROUPS = {g.name: g for g in (
           "cuda, the current device and stream are torch.cuda's, memory info is the instance type's"),
     Group("cuda-fsdp", "_sm_emulator_devices", "EMULATOR_GPU_COUNT > 0",
           "FSDP's compute device for a CUDA device_id (v1) or a cuda DeviceMesh (FSDP2) is the CPU, where the "
-          "tensors are; sync_module_states accepts those CPU tensors"),
+          "tensors are; sync_module_states accepts those CPU tensors; moving an unsharded flat parameter to the "
+          "CPU (offload_to_cpu state dicts) copies it, as a GPU-to-host copy does"),
     Group("cuda-not-emulated", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           'external streams, graphs, NCCL and comm raise RuntimeError("not emulated: <call>"); no stream is '
           "ever capturing a graph (is_current_stream_capturing() is False: a CUDA build's would ask the "
@@ -257,6 +258,8 @@ REGISTRY: tuple[Patch, ...] = tuple([
           "(module_states)", _TORCH),
     Patch("cuda-fsdp", "torch.distributed.fsdp._fully_shard._fsdp_init", "_get_device_from_mesh", "(mesh)", _TORCH,
           "wrap", aliases=("torch.distributed.fsdp._fully_shard._fully_shard",)),
+    Patch("cuda-fsdp", "torch.distributed.fsdp._flat_param", "FlatParamHandle.flat_param_to", "(self, *args, **kwargs)",
+          _TORCH, "wrap"),
     *_table("cuda-not-emulated", "torch.cuda", _TORCH, {
         "ExternalStream": "(stream_ptr, device=None, **kwargs)",
         "CUDAGraph": "(keep_graph=False)",
