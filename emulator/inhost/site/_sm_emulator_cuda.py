@@ -45,6 +45,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import _sm_emulator_memory as memory
 import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
 from _sm_emulator_protocol import ENV_GPU_COUNT, ENV_GPU_MEMORY, ENV_GPU_MODEL
@@ -70,6 +71,10 @@ _NOT_EMULATED_MODULES = ("nccl", "comm")
 _ZERO_MEMORY = (
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_cached", "max_memory_cached", "device_memory_used",
+)  # fmt: skip
+_MEMORY_NO_OPS = (
+    "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+    "reset_accumulated_memory_stats", "empty_cache", "set_per_process_memory_fraction",
 )  # fmt: skip
 
 
@@ -171,12 +176,28 @@ def map_device(device: Any, *, ints_are_cuda: bool = True) -> Any:
     return "cpu"
 
 
+def _cuda_index(device: Any) -> int | None:
+    """The emulated GPU ``device`` names (a string, ``torch.device`` or int), or None."""
+    index = _index(device)
+    return None if index is None or index < 0 else index
+
+
 def _with_device_kwarg(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A factory whose ``device="cuda[:i]"`` means the CPU; the result counts on emulated GPU *i*
+    (``_sm_emulator_memory.place``), a ``device="cpu"`` result does not."""
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("device") is not None:
-            kwargs["device"] = map_device(kwargs["device"])
-        return function(*args, **kwargs)
+        device = kwargs.get("device")
+        if device is None:
+            if getattr(memory._State.local, "device", None) is None:
+                return function(*args, **kwargs)
+            with memory.cpu_factories():  # a Python-level call inside DDP's bucket building: a CPU tensor
+                return function(*args, **kwargs)
+        index = _cuda_index(device)
+        kwargs["device"] = map_device(device)
+        if index is None:
+            return memory.unplace(function(*args, **kwargs), args[0] if args else None)
+        return memory.place(function(*args, **kwargs), index)
 
     return wrapper
 
@@ -188,17 +209,30 @@ def _patch_tensor(torch: Any) -> None:
     def make_to(original: Any) -> Any:
         @functools.wraps(original)
         def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            target: Any = None
             if args and isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool):
+                target = args[0]
                 args = (map_device(args[0]), *args[1:])
             if kwargs.get("device") is not None:
+                target = kwargs["device"]
                 kwargs["device"] = map_device(kwargs["device"])
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+            if target is None and args and isinstance(args[0], torch.Tensor):  # .to(other): other's device
+                index = memory.device_of(args[0])
+                return memory.place(result, index) if index is not None else result
+            if target is None:
+                return result
+            index = _cuda_index(target)
+            return memory.place(result, index) if index is not None else memory.unplace(result, self)
 
         return to
 
     def cuda(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-        map_device(_State.current if device is None else device)
-        return original_to(self, "cpu", non_blocking=non_blocking, **kwargs)
+        target = _State.current if device is None else device
+        map_device(target)
+        result = original_to(self, "cpu", non_blocking=non_blocking, **kwargs)
+        index = _cuda_index(target)
+        return memory.place(result, index) if index is not None else result
 
     def pin_memory(self: Any, *args: Any, **kwargs: Any) -> Any:
         return self
@@ -256,6 +290,29 @@ def _is_available() -> bool:
 def _device_count() -> int:
     _announce()
     return gpu_count()
+
+
+def _memory_index(device: Any = None) -> int:
+    """The emulated GPU a memory query's ``device`` names (None: the current one), checked."""
+    index = _State.current if device is None else _index(device)
+    _check(index if index is not None else -1)
+    return index  # type: ignore[return-value]  # _check refused None
+
+
+def _memory_functions(torch: Any, mem_get_info: Callable[..., tuple[int, int]],
+                      ignore: Callable[[str], Callable[..., None]]) -> dict[str, Any]:
+    """The ``cuda-memory`` group: counted (``_sm_emulator_memory``), or with
+    ``EMULATOR_GPU_MEMORY_MODE=off`` the old answers: nothing allocated, the whole device free."""
+    if memory.enabled():
+        return {"utilization": lambda device=None: 0, **memory.memory_api(torch, _memory_index)}
+    return {
+        "memory_stats": lambda device=None: {},
+        "memory_summary": lambda device=None, abbreviated=False: "",
+        "mem_get_info": mem_get_info,
+        "utilization": lambda device=None: 0,
+        **{name: (lambda device=None: 0) for name in _ZERO_MEMORY},
+        **{name: ignore(name) for name in _MEMORY_NO_OPS},
+    }
 
 
 def patch_torch_cuda(torch: Any) -> None:
@@ -317,13 +374,7 @@ def patch_torch_cuda(torch: Any) -> None:
             "set_rng_state": ignore("set_rng_state"),
             "set_rng_state_all": ignore("set_rng_state_all"),
         },
-        "cuda-memory": {
-            "memory_stats": lambda device=None: {},
-            "memory_summary": lambda device=None, abbreviated=False: "",
-            "mem_get_info": mem_get_info,
-            "utilization": lambda device=None: 0,
-            **{name: (lambda device=None: 0) for name in _ZERO_MEMORY},
-        },
+        "cuda-memory": _memory_functions(torch, mem_get_info, ignore),
         "cuda-no-ops": {e.attribute: ignore(e.attribute) for e in patches.entries("cuda-no-ops")},
         "cuda-not-emulated": {
             **{name: _not_emulated_class(f"torch.cuda.{name}", getattr(cuda, name, None))
@@ -362,7 +413,7 @@ def _patch_parallel(torch: Any) -> None:
         log_once("data-parallel", "torch.nn.DataParallel runs the module once, on the CPU")
 
     patches.wrap("cuda-parallel", torch.nn.parallel, "DistributedDataParallel.__init__",
-                 lambda original: patches.rebinding(original, adjust_ddp_init))
+                 lambda original: memory.ddp_buckets(patches.rebinding(original, adjust_ddp_init)))
     patches.replace("cuda-parallel", torch.nn, "DataParallel.__init__", dp_init)
 
 

@@ -121,8 +121,10 @@ GROUPS = {g.name: g for g in (
     Group("cuda-rng", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "CUDA seeds and RNG states use the CPU generator (setting them does nothing)"),
     Group("cuda-memory", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
-          "allocation and utilisation queries of the emulated GPUs return 0 (or empty); mem_get_info "
-          "reports the instance type's GPU memory, all free"),
+          "the memory API answers from the bytes each emulated GPU holds (storages on cuda:i, rounded and "
+          "cached as CUDA's caching allocator does; storage resizes are counted); allocations past the "
+          "instance type's GPU memory raise CUDA's OutOfMemoryError; mem_get_info is capacity less reserved "
+          "less an estimated CUDA context. With EMULATOR_GPU_MEMORY_MODE=off: queries return 0, all free"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
     Group("cuda-streams", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
@@ -206,17 +208,18 @@ REGISTRY: tuple[Patch, ...] = tuple([
         "initial_seed": "()", "get_rng_state": "(device='cuda')", "get_rng_state_all": "()",
         "set_rng_state": "(new_state, device='cuda')", "set_rng_state_all": "(new_states)",
     }),
-    *_table("cuda-memory", "torch.cuda", _TORCH, {
+    *_table("cuda-memory", "torch.cuda", _TORCH, {"utilization": _NO_DEVICE, "device_memory_used": _NO_DEVICE}),
+    *_table("cuda-memory", "torch.cuda", _TORCH, {  # torch.cuda.memory's functions call each other there
         "memory_stats": _NO_DEVICE, "memory_summary": "(device=None, abbreviated=False)",
-        "mem_get_info": _NO_DEVICE, "utilization": _NO_DEVICE, "memory_allocated": _NO_DEVICE,
+        "mem_get_info": _NO_DEVICE, "memory_allocated": _NO_DEVICE,
         "max_memory_allocated": _NO_DEVICE, "memory_reserved": _NO_DEVICE, "max_memory_reserved": _NO_DEVICE,
-        "memory_cached": _NO_DEVICE, "max_memory_cached": _NO_DEVICE, "device_memory_used": _NO_DEVICE,
-    }),
-    *_table("cuda-no-ops", "torch.cuda", _TORCH, {
-        "synchronize": _NO_DEVICE, "empty_cache": "()", "ipc_collect": "()", "init": "()",
-        "reset_peak_memory_stats": _NO_DEVICE, "reset_max_memory_allocated": _NO_DEVICE,
+        "memory_cached": _NO_DEVICE, "max_memory_cached": _NO_DEVICE, "empty_cache": "()", "reset_peak_memory_stats": _NO_DEVICE, "reset_max_memory_allocated": _NO_DEVICE,
         "reset_max_memory_cached": _NO_DEVICE, "reset_accumulated_memory_stats": _NO_DEVICE,
-        "set_per_process_memory_fraction": "(fraction, device=None)", "set_sync_debug_mode": "(debug_mode)",
+        "set_per_process_memory_fraction": "(fraction, device=None)",
+    }, aliases=("torch.cuda.memory",)),
+    Patch("cuda-memory", "torch", "UntypedStorage.resize_", "method_descriptor", _TORCH, "wrap"),
+    *_table("cuda-no-ops", "torch.cuda", _TORCH, {
+        "synchronize": _NO_DEVICE, "ipc_collect": "()", "init": "()", "set_sync_debug_mode": "(debug_mode)",
     }),
     *_table("cuda-streams", "torch.cuda", _TORCH, {
         "Stream": "(device=None, priority=0, **kwargs)",

@@ -129,6 +129,9 @@ def _patch_cuda(torch: Any) -> None:
 
     _sm_emulator_devices.patch_accelerator(torch)
     _sm_emulator_cuda.patch_tensors(torch)
+    import _sm_emulator_memory
+
+    _sm_emulator_memory.install(torch)
 
 
 def patch_torch(torch: ModuleType) -> None:
