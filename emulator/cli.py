@@ -68,6 +68,11 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=1, help="instance count (algo-1..N)")
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
     p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs than the type has")
+    p.add_argument("--gpu-memory", default="count", choices=("count", "off"),
+                   help="emulated GPUs count the memory CUDA would hold and raise CUDA's OutOfMemoryError past "
+                        "the type's GPU memory (count, default), or report it all free (off)")
+    p.add_argument("--gpu-memory-gib", type=float, default=None, metavar="GIB",
+                   help="memory per emulated GPU, less than the type's (a MIG slice, a shared GPU)")
     p.add_argument("--distribution",
                    help='SDK distribution dict as JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'')
     p.add_argument("--hyperparameters", help="JSON object of hyperparameters (plain values)")
@@ -149,7 +154,7 @@ def _request(args: argparse.Namespace) -> Any:
         host_order=None if args.host_order is None else [h.strip() for h in args.host_order.split(",")],
         smddp_strict=args.smddp_strict, wait_on_rendezvous_errors=args.wait_on_rendezvous_errors,
         framework_version=args.framework_version, py_version=args.py_version,
-        profile=args.profile,
+        profile=args.profile, gpu_memory=args.gpu_memory, gpu_memory_gib=args.gpu_memory_gib,
         metric_definitions=[{"Name": k, "Regex": v}
                             for k, v in _kv(args.metric_definition, "--metric-definition").items()] or None)
 

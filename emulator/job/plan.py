@@ -90,9 +90,20 @@ class HostPlan:
     sm_env: Mapping[str, str]  # what the toolkit will export (predicted)
     launcher: Sequence[str] | None  # what the toolkit will run (predicted); None: none predicted
 
+    def gpu_memory(self) -> str:
+        """What ``plan`` says of the emulated GPUs' memory: whether it is counted, and the capacity."""
+        capacity = int(self.env.get(P.ENV_GPU_MEMORY, "0") or 0)
+        model = self.env.get(P.ENV_GPU_MODEL, "")
+        if self.env.get(P.ENV_GPU_MEMORY_MODE, "count") == "off":
+            return f"not counted (--gpu-memory off): every query reports {capacity / (1 << 30):.2f} GiB free"
+        return (f"counted per GPU as CUDA's caching allocator would hold it; capacity {capacity / (1 << 30):.2f} GiB "
+                f"per {model} (the type's total_memory as CUDA reports it, or --gpu-memory-gib), less an estimated "
+                "300 MiB CUDA context; past it: CUDA's OutOfMemoryError")
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "instance_group": self.group,
                 "instance_type": self.instance_type, "emulated_gpus": self.gpus,
+                **({"emulated_gpu_memory": self.gpu_memory()} if self.gpus else {}),
                 "files": {f"{P.OPT_ML}/{k}": v for k, v in self.files.items()},
                 "dirs": [f"{P.OPT_ML}/{d}" for d in self.dirs],
                 "container_command": list(self.command), "toolkit_sm_env": dict(self.sm_env),
@@ -228,7 +239,9 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
                     if k not in request.environment})
         env[P.ENV_GPU_COUNT] = str(gpus)
         env[P.ENV_GPU_MODEL] = group.type.gpu_model
-        env[P.ENV_GPU_MEMORY] = str(group.type.gpu_memory)
+        env[P.ENV_GPU_MEMORY] = str(request.gpu_capacity(group.type))
+        if request.gpu_memory != "count":
+            env[P.ENV_GPU_MEMORY_MODE] = request.gpu_memory
         toolkit = runner != "container"
         toolkit_runner: Runner = "process" if runner == "container" else runner
         plans.append(HostPlan(

@@ -42,6 +42,8 @@ CONTAINER_COMMAND_ITEM_LENGTH = 256
 JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_RUNTIME_DEFAULT = 86_400
 MAX_RUNTIME_LIMIT = 28 * 86_400
+#: ``gpu_memory``: emulated GPUs count their memory (and run out of it), or not.
+GPU_MEMORY_MODES = ("count", "off")
 #: The emulator runs every host on this machine; more than this is refused.
 MAX_HOSTS = 64
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9\.\-_]+$")
@@ -142,6 +144,18 @@ class JobRequest:
     #: ``AlgorithmSpecification.MetricDefinitions``: what the emulator reads from the hosts' logs
     #: into ``FinalMetricDataList`` (see :mod:`emulator.job.metrics`).
     metric_definitions: tuple[MetricDefinition, ...] = ()
+    #: Emulated GPUs count the memory CUDA would hold (``count``, default) or not (``off``: the memory
+    #: API answers 0 and the whole device free, nothing runs out); see ``_sm_emulator_memory``.
+    gpu_memory: str = "count"
+    #: Memory per emulated GPU in GiB, less than the instance type's (a MIG slice, a GPU shared with
+    #: other work); None: the type's GPU memory as CUDA reports it.
+    gpu_memory_gib: float | None = None
+
+    def gpu_capacity(self, itype: InstanceType) -> int:
+        """Bytes per emulated GPU on ``itype``: the override where given, else the type's."""
+        if self.gpu_memory_gib is not None and itype.is_gpu:
+            return int(self.gpu_memory_gib * (1 << 30))
+        return itype.gpu_memory
 
     @property
     def framework(self) -> Selection | None:
@@ -305,6 +319,8 @@ def create(
     py_version: str | None = None,
     profile: str | None = None,
     metric_definitions: Sequence[Mapping[str, str]] | None = None,
+    gpu_memory: str = "count",
+    gpu_memory_gib: float | None = None,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.
 
@@ -390,6 +406,8 @@ def create(
         framework_version=framework_version,
         py_version=py_version,
         profile=profiles.resolve(profile),
+        gpu_memory=gpu_memory,
+        gpu_memory_gib=gpu_memory_gib,
     )
     validate(request)
     return request
@@ -577,6 +595,25 @@ def _has_files(folder: Path) -> bool:
     return any(p.is_file() for p in folder.rglob("*"))
 
 
+def _validate_gpu_memory(request: JobRequest) -> None:
+    """``gpu_memory`` is ``count`` or ``off``; ``gpu_memory_gib`` is positive and at most the GPU
+    memory of every GPU instance type of the job (an override can only make a GPU smaller)."""
+    if request.gpu_memory not in GPU_MEMORY_MODES:
+        raise RequestError("gpu_memory", f"{request.gpu_memory!r}", allowed=" or ".join(GPU_MEMORY_MODES))
+    gib = request.gpu_memory_gib
+    if gib is None:
+        return
+    gpu_types = [g.type for g in request.instance_groups if g.type.is_gpu]
+    if not gpu_types:
+        raise RequestError("gpu_memory_gib", f"{gib!r} GiB, but {request.instance_groups[0].type.name} has no GPUs",
+                           allowed="omit it for CPU types")
+    smallest = min(gpu_types, key=lambda t: t.gpu_memory)
+    most = smallest.gpu_memory / (1 << 30)
+    if not isinstance(gib, int | float) or isinstance(gib, bool) or not 0 < gib <= most:
+        raise RequestError("gpu_memory_gib", f"{gib!r} GiB per GPU on {smallest.name} ({smallest.gpu_model}, "
+                           f"{most:.2f} GiB as CUDA reports it)", allowed=f"a number of GiB > 0 and <= {most:.2f}")
+
+
 def validate(request: JobRequest) -> None:
     """Check a request; raise :class:`RequestError` naming the first bad field. Reads only."""
     if not isinstance(request.job_name, str) or not JOB_NAME_RE.match(request.job_name):
@@ -597,6 +634,7 @@ def validate(request: JobRequest) -> None:
             if not isinstance(gpus, int) or isinstance(gpus, bool) or not 1 <= gpus <= itype.gpus:
                 raise RequestError("gpus_per_host", f"{gpus!r} GPUs per host on {itype.name}",
                                    allowed=f"1..{itype.gpus}")
+    _validate_gpu_memory(request)
     container_command(request.container_entrypoint, request.container_arguments)
     if not request.source_dir.is_dir():
         raise RequestError("source_dir", f"{request.source_dir} is not an existing folder")
