@@ -182,6 +182,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     from .diagnostics.exitdeaths import ExitDeaths
     from .diagnostics.faults import FaultObserver
     from .diagnostics.firstdeath import FirstDeath
+    from .diagnostics.gpu_memory import GpuMemoryReport
     from .diagnostics.metrics import MetricsObserver
     from .diagnostics.quiet import QuietFailures
     from .diagnostics.quirks import QuirkObserver
@@ -194,6 +195,7 @@ def default_observers(request: JobRequest, faults: Sequence[Any]) -> list[Observ
     return [*([FaultObserver(faults)] if faults else []), TopologyObserver(),
             RendezvousCheck(wait=request.wait_on_rendezvous_errors), QuirkObserver(request.hyperparameters),
             StackCapture(), CollectiveCheck(), QuietFailures(), ExitDeaths(), FirstDeath(), SmddpNotes(request),
+            GpuMemoryReport(),
             *([MetricsObserver(request.metric_definitions)] if request.metric_definitions else []),
             Timeline(request.job_name, png=request.speedups().timeline_png)]
 
