@@ -88,9 +88,10 @@ def capacity() -> int:
 
 def enabled() -> bool:
     """Whether this process counts GPU memory: ``EMULATOR_GPU_MEMORY_MODE`` is not ``off``, the host
-    has emulated GPUs, and torch has what counting needs (dispatch modes, ``OutOfMemoryError``:
-    torch 2.x; on older releases the memory API answers as with ``off``)."""
-    if os.environ.get(ENV_GPU_MEMORY_MODE, "count") == "off" or _count() == 0:
+    has emulated GPUs whose memory is known (``EMULATOR_GPU_MEMORY`` > 0), and torch has what counting
+    needs (dispatch modes, ``OutOfMemoryError``: torch 2.x; on older releases, or with no known
+    capacity, the memory API answers as with ``off``)."""
+    if os.environ.get(ENV_GPU_MEMORY_MODE, "count") == "off" or _count() == 0 or capacity() == 0:
         return False
     try:
         import torch
