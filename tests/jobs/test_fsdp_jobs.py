@@ -13,6 +13,7 @@ must match it to float tolerance, for each strategy (the scripts' constants are 
 from __future__ import annotations
 
 import ast
+import io
 import json
 from pathlib import Path
 
@@ -30,22 +31,27 @@ WORLD = 4
 
 
 def _constants() -> dict[str, float]:
-    """``STEPS, PER_RANK, LR`` as the script defines them."""
+    """``STEPS, PER_RANK, LR`` and ``MOMENTUM`` as the script defines them."""
     tree = ast.parse((SCRIPTS / "fsdp_train.py").read_text())
+    found: dict[str, float] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
             names = [t.id for t in node.targets[0].elts]  # type: ignore[attr-defined]
             if names == ["STEPS", "PER_RANK", "LR"]:
-                return dict(zip(names, ast.literal_eval(node.value)))
-    raise AssertionError("STEPS, PER_RANK, LR not found in fsdp_train.py")
+                found.update(zip(names, ast.literal_eval(node.value)))
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "MOMENTUM":
+            found["MOMENTUM"] = ast.literal_eval(node.value)
+    assert sorted(found) == ["LR", "MOMENTUM", "PER_RANK", "STEPS"], f"constants not found in fsdp_train.py: {found}"
+    return found
 
 
-def _reference_losses() -> list[float]:
-    """Single-process SGD on the whole global batch, as the script seeds it."""
+def _reference() -> tuple[list[float], torch.nn.Module, torch.optim.Optimizer]:
+    """Single-process SGD on the whole global batch, as the script seeds it: the losses, and the
+    model and optimizer after the last step."""
     c = _constants()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=c["LR"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=c["LR"], momentum=c["MOMENTUM"])
     generator = torch.Generator().manual_seed(1234)
     losses = []
     for _ in range(int(c["STEPS"])):
@@ -56,7 +62,30 @@ def _reference_losses() -> list[float]:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return losses
+    return losses, model, optimizer
+
+
+def _momentum_by_name(optimizer_state: dict, names: list[str]) -> dict[str, torch.Tensor]:
+    """The momentum buffers of a saved optimizer state, by parameter name (``optimizer.state_dict()``
+    keys them by index in parameter order; FSDP's and DCP's full optimizer state dicts by name)."""
+    return {(names[key] if isinstance(key, int) else key): value["momentum_buffer"]
+            for key, value in optimizer_state["state"].items()}
+
+
+def _assert_saved_as_reference(saved: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                               what: str) -> None:
+    """A state saved by the job, loaded here with ``torch.load`` into a fresh model, equals the
+    one-process reference: every parameter, and every momentum buffer of its optimizer."""
+    fresh = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    fresh.load_state_dict(saved["model"])  # strict: the same names and shapes
+    for name, value in fresh.state_dict().items():
+        torch.testing.assert_close(value, model.state_dict()[name], rtol=1e-5, atol=1e-6, msg=f"{what} {name}")
+    names = [name for name, _ in model.named_parameters()]
+    expected = _momentum_by_name(optimizer.state_dict(), names)
+    got = _momentum_by_name(saved["optimizer"], names)
+    assert sorted(got) == sorted(expected), what
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-5, atol=1e-6, msg=f"{what} momentum {name}")
 
 
 def _run_2x2(output: Path, entry_point: str, source_dir: Path = SCRIPTS, **options: object) -> JobResult:
@@ -79,13 +108,14 @@ def _reports(result: JobResult, prefix: str) -> dict[int, dict]:
 def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     if backend == "docker":
         request.getfixturevalue("docker_ready")
-    reports = _reports(_run_2x2(tmp_path / "fsdp", "fsdp_train.py", backend=backend), "fsdp-rank-")
-    expected = _reference_losses()
+    result = _run_2x2(tmp_path / "fsdp", "fsdp_train.py", backend=backend)
+    reports = _reports(result, "fsdp-rank-")
+    expected, reference_model, reference_optimizer = _reference()
     for rank, r in reports.items():
         assert (r["accelerator"], r["accelerator_available"], r["accelerator_count"]) == ("cuda", True, 2)
         assert r["device_index"] == r["cuda_current"] == rank % 2
         assert r["device_module_is_cuda"] is True
-        assert sorted(r["modes"]) == ["ddp", "fsdp1", "fsdp2"]
+        assert sorted(r["modes"]) == ["ddp", "fsdp1", "fsdp1-orig", "fsdp2"]
         for mode, seen in r["modes"].items():
             assert seen["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), (rank, mode)
         fsdp2 = r["modes"]["fsdp2"]
@@ -93,8 +123,14 @@ def test_fsdp_v1_and_fsdp2_train_as_ddp_on_2x2(tmp_path: Path, backend: str, req
         assert (fsdp2["param_type"], fsdp2["param_mesh_device_type"], fsdp2["param_placements"]) == \
             ("DTensor", "cuda", ["Shard(dim=0)"])
         assert fsdp2["local_shard_rows"] == 16 // WORLD  # the first Linear's 16 rows, one slice per rank
-    for mode in ("ddp", "fsdp1", "fsdp2"):  # the same on every rank, exactly (an all-reduced value)
+    for mode in ("ddp", "fsdp1", "fsdp1-orig", "fsdp2"):  # the same on every rank, exactly (an all-reduced value)
         assert len({tuple(r["modes"][mode]["losses"]) for r in reports.values()}) == 1
+    # What each strategy saved at the end of training (issue 55: FSDP v1's offload_to_cpu gather
+    # crashed rank 0 with SIGSEGV, use_orig_params=True, or "storage of size 0" without).
+    files = result.model_files()
+    for mode in ("ddp", "fsdp1", "fsdp1-orig", "fsdp2"):
+        saved = torch.load(io.BytesIO(files[f"saved-{mode}.pt"]), weights_only=True)
+        _assert_saved_as_reference(saved, reference_model, reference_optimizer, mode)
 
 
 def test_dcp_checkpoint_of_fsdp_v1_and_fsdp2_loads_on_the_next_run(tmp_path: Path) -> None:
@@ -130,8 +166,8 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     over the same dataset in blocks of world x per-rank samples (what the script's unshuffled
     ``DistributedSampler`` slices add up to, see ``tests/scripts_lightning/lightning_fsdp.py``)."""
     pytest.importorskip("pytorch_lightning")
-    reports = _reports(_run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py", LIGHTNING_SCRIPTS),
-                       "lightning-fsdp-rank-")
+    result = _run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py", LIGHTNING_SCRIPTS)
+    reports = _reports(result, "lightning-fsdp-rank-")
     tree = ast.parse((LIGHTNING_SCRIPTS / "lightning_fsdp.py").read_text())
     assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
     samples, per_rank, lr = ast.literal_eval(assign.value)
@@ -151,6 +187,13 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     for rank, r in reports.items():
         assert (r["world_size"], r["strategy"], r["root_device"]) == (WORLD, "FSDPStrategy", f"cuda:{rank % 2}")
         assert r["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), rank
+    # trainer.save_checkpoint after fit (FSDP's full state dict gathered with offload_to_cpu, issue 55):
+    # loaded here with torch.load, its weights are the one-process reference's after the last step.
+    checkpoint = torch.load(io.BytesIO(result.model_files()["lightning-fsdp.ckpt"]), weights_only=False)
+    saved = {name.removeprefix("net."): value for name, value in checkpoint["state_dict"].items()}
+    assert sorted(saved) == sorted(model.state_dict())
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(saved[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:

@@ -4,6 +4,10 @@
 r, r + world, r + 2*world ...: each step's samples over all ranks are one contiguous block of the
 dataset. Each step's loss is gathered
 from every rank and averaged; each rank writes ``$SM_MODEL_DIR/lightning-fsdp-rank-<rank>.json``.
+
+After ``fit``, ``trainer.save_checkpoint`` writes ``$SM_MODEL_DIR/lightning-fsdp.ckpt`` as users save
+at the end of a job: the strategy's default full state dict (FSDP's ``FULL_STATE_DICT`` with
+``offload_to_cpu`` and ``rank0_only``, over ``use_orig_params=True``), written by global rank 0.
 """
 
 import json
@@ -44,6 +48,7 @@ model = Model()
 sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]), rank=int(os.environ["RANK"]),
                              shuffle=False)
 trainer.fit(model, DataLoader(dataset, batch_size=PER_RANK, sampler=sampler))
+trainer.save_checkpoint(os.path.join(os.environ["SM_MODEL_DIR"], "lightning-fsdp.ckpt"))
 report = {"rank": trainer.global_rank, "world_size": trainer.world_size,
           "strategy": type(trainer.strategy).__name__, "root_device": str(trainer.strategy.root_device),
           "losses": model.losses}
