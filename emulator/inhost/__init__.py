@@ -5,8 +5,12 @@
   holds the sshd stand-in (``_sm_emulator_sshd.py``), which the process backend mounts over
   ``/usr/sbin/sshd`` in hosts that cannot run OpenSSH's (not root).
 - ``gpu/bin/`` goes first on ``PATH`` only in hosts whose instance type has GPUs: ``nvidia-smi``
-  (reports the emulated GPUs, so the real toolkit computes ``SM_NUM_GPUS`` from it). A CPU host
-  has none, as a CPU instance has none.
+  (reports the emulated GPUs, so the real toolkit computes ``SM_NUM_GPUS`` from it) and ``nvcc``
+  (the GPU DLCs install the CUDA toolkit and put ``$CUDA_HOME/bin`` on ``PATH``, e.g.
+  aws/deep-learning-containers ``pytorch/training/docker/2.5/py3/cu124/Dockerfile.gpu``; only
+  ``--version`` is emulated, with the job's torch's CUDA release, so torch's ``CUDA_HOME`` and
+  DeepSpeed's import find a toolkit; compiling fails and says so). A CPU host has neither, as a
+  CPU instance has neither.
 - ``smddp/bin/`` (``smddprun``, stand-in for AWS's wrapper) on ``PATH`` and ``smddp/site/`` (the
   ``smdistributed`` stand-in package) on ``PYTHONPATH`` only where the image ships SMDDP: GPU
   instance types (SageMaker's GPU DLCs). Elsewhere the toolkit takes its "smddprun not being used"
