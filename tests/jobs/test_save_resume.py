@@ -39,9 +39,10 @@ def _logits(model: torch.nn.Module) -> torch.Tensor:
         return model(input_ids=probe, attention_mask=torch.ones_like(probe)).logits
 
 
-def _run(output: Path, checkpoints: Path) -> None:
+def _run(output: Path, checkpoints: Path, backend: str) -> None:
     """One 2 x 2 job of the script; its model.tar.gz, extracted under ``output/model``."""
     result = emulator.run(entry_point="hf_fsdp_save.py", source_dir=SOURCE, output_path=output, job_name=output.name,
+                          backend=backend,
                           instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
                           distribution={"torch_distributed": {"enabled": True}}, checkpoint_dir=checkpoints,
                           echo=False, stop_grace=2, profile="ci")
@@ -53,14 +54,21 @@ def _run(output: Path, checkpoints: Path) -> None:
 
 
 
-def test_hf_trainer_fsdp_saves_checkpoints_and_resumes_on_2x2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_hf_trainer_fsdp_saves_checkpoints_and_resumes_on_2x2(tmp_path: Path, backend: str,
+                                                               request: pytest.FixtureRequest) -> None:
+    """On docker too: accelerate imports DeepSpeed (the default image ships it), whose import asks
+    for the CUDA toolkit a GPU DLC has (the emulated ``nvcc`` on ``PATH``)."""
     transformers = pytest.importorskip("transformers")
+    if backend == "docker":
+        request.getfixturevalue("docker_ready")
     checkpoints = tmp_path / "checkpoints"
-    _run(tmp_path / "hf-fsdp-save", checkpoints)
+    _run(tmp_path / "hf-fsdp-save", checkpoints, backend)
     # Checkpoints (save_steps=2) reached the checkpoint location from the hosts.
     assert {p.name for p in checkpoints.iterdir() if p.name.startswith("checkpoint-")} == \
         {"checkpoint-2", "checkpoint-4"}
-    _run(tmp_path / "hf-fsdp-resume", checkpoints)  # restarted: SageMaker restores the checkpoints on every host
+    # Restarted: SageMaker restores the checkpoints on every host.
+    _run(tmp_path / "hf-fsdp-resume", checkpoints, backend)
     reports, loaded = {}, {}
     for name, job, steps in (("trained", "hf-fsdp-save", 4), ("resumed", "hf-fsdp-resume", 6)):
         model_dir = tmp_path / job / "model"
