@@ -110,7 +110,10 @@ def save(mode: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) ->
             states = {"model": model.state_dict(), "optimizer": FSDP.optim_state_dict(model, optimizer)}
     else:
         from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions, get_model_state_dict, get_optimizer_state_dict)
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         states = {"model": get_model_state_dict(model, options=options),
