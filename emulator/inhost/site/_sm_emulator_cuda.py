@@ -48,7 +48,7 @@ from typing import Any
 import _sm_emulator_memory as memory
 import _sm_emulator_patches as patches
 from _sm_emulator_log import log_once
-from _sm_emulator_protocol import ENV_GPU_COUNT, ENV_GPU_MEMORY, ENV_GPU_MODEL
+from _sm_emulator_protocol import ENV_GPU_MODEL
 
 _CAPABILITY_BY_MODEL = {
     "H200": (9, 0),
@@ -78,20 +78,10 @@ _MEMORY_NO_OPS = (
 )  # fmt: skip
 
 
-def gpu_count() -> int:
-    """Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0)."""
-    try:
-        return max(0, int(os.environ.get(ENV_GPU_COUNT, "0")))
-    except ValueError:
-        return 0
-
-
-def gpu_memory() -> int:
-    """Bytes of memory per emulated GPU (``EMULATOR_GPU_MEMORY``, default 0)."""
-    try:
-        return max(0, int(os.environ.get(ENV_GPU_MEMORY, "0")))
-    except ValueError:
-        return 0
+#: Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0); bytes of memory per emulated GPU
+#: (``EMULATOR_GPU_MEMORY``, default 0). Read where the memory accounting reads them.
+gpu_count = memory.gpu_count
+gpu_memory = memory.capacity
 
 
 def gpu_model() -> str:

@@ -71,7 +71,8 @@ class _State:
     enabled = False
 
 
-def _count() -> int:
+def gpu_count() -> int:
+    """Emulated GPUs on this host (``EMULATOR_GPU_COUNT``, default 0)."""
     try:
         return max(0, int(os.environ.get(ENV_GPU_COUNT, "0")))
     except ValueError:
@@ -91,7 +92,7 @@ def enabled() -> bool:
     has emulated GPUs whose memory is known (``EMULATOR_GPU_MEMORY`` > 0), and torch has what counting
     needs (dispatch modes, ``OutOfMemoryError``: torch 2.x; on older releases, or with no known
     capacity, the memory API answers as with ``off``)."""
-    if os.environ.get(ENV_GPU_MEMORY_MODE, "count") == "off" or _count() == 0 or capacity() == 0:
+    if os.environ.get(ENV_GPU_MEMORY_MODE, "count") == "off" or gpu_count() == 0 or capacity() == 0:
         return False
     try:
         import torch
