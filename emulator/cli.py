@@ -27,10 +27,11 @@ from .job.profiles import PROFILE_VAR
 PLAN_FORMS = ("Print the plan and the launch spec, exactly what starts; start nothing. Two forms, told apart by "
               "the first argument. `plan SOURCE [OPTIONS]`: SOURCE first (a DescribeTrainingJob JSON file, an "
               "emulator job.json or job folder, or a job name or ARN), read as `replay` reads it, with replay's "
-              "options but --plan (implied), --emit-pytest and --quiet (`plan SOURCE --help` lists them); it prints "
-              "exactly what `replay --plan SOURCE [OPTIONS]` prints. `plan --entry-point FILE [job flags]`, below: "
-              "what `run` with the same flags starts. A first argument that is no option is always SOURCE (this "
-              "form has none): a training script there is refused (it is not JSON), never planned.")
+              "options but --plan (implied), --emit-pytest, --expect and --quiet (`plan SOURCE --help` lists "
+              "them); it prints exactly what `replay --plan SOURCE [OPTIONS]` prints. `plan --entry-point FILE "
+              "[job flags]`, below: what `run` with the same flags starts. A first argument that is no option is "
+              "always SOURCE (this form has none): a training script there is refused (it is not JSON), never "
+              "planned.")
 
 
 def plans_a_source(argv: Sequence[str]) -> bool:
@@ -207,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
                                            "job name) again; exit 0 iff it ends as recorded (replay --help)",
                             add_help=False)
     replay.add_argument("args", nargs=argparse.REMAINDER, help="SOURCE [--source-dir DIR_OR_TAR] [--channel NAME=PATH]"
-                        " [--sample N] [--hosts N] [--plan] [--emit-pytest FILE] …")
+                        " [--sample N] [--hosts N] [--plan] [--emit-pytest FILE [--expect fix|recorded]] …")
     return p
 
 

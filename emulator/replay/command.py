@@ -47,17 +47,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", action="store_true", help="print the report (stderr) and the plan (stdout, as `plan` "
                                                        "prints it); start nothing (the same as `plan SOURCE …`)")
     p.add_argument("--emit-pytest", metavar="FILE", help="write a pytest module that replays the job and asserts "
-                                                         "the recorded outcome; start nothing")
+                                                         "what --expect says; start nothing")
+    p.add_argument("--expect", choices=emit.EXPECT, metavar="|".join(emit.EXPECT),
+                   help="with --emit-pytest, what the test asserts: fix (default): Completed, a recorded failure "
+                        "a strict xfail that fails (XPASS) once the replay Completes; recorded: the recorded "
+                        "outcome (a characterisation test)")
     p.add_argument("--quiet", action="store_true", help="no live host logs")
     return p
 
 
 def plan_parser() -> argparse.ArgumentParser:
     """``plan SOURCE``'s arguments: ``replay``'s, less those that do something other than plan
-    (``--emit-pytest`` writes a file, ``--quiet`` quiets a run), with ``--plan`` implied."""
+    (``--emit-pytest`` and its ``--expect`` write a file, ``--quiet`` quiets a run), with ``--plan`` implied."""
     p = argparse.ArgumentParser(prog="python -m emulator plan", description=PLAN_DESCRIPTION, usage=PLAN_USAGE)
     _source_flags(p)
-    p.set_defaults(plan=True, emit_pytest=None, quiet=False)
+    p.set_defaults(plan=True, emit_pytest=None, expect=None, quiet=False)
     return p
 
 
@@ -103,7 +107,11 @@ def options(args: argparse.Namespace) -> Options:
 
 def main(argv: Sequence[str] = ()) -> int:
     """``python -m emulator replay …``."""
-    return _guarded(parser().parse_args(list(argv)))
+    p = parser()
+    args = p.parse_args(list(argv))
+    if args.expect and not args.emit_pytest:
+        p.error("argument --expect: applies to --emit-pytest only (what the emitted test asserts)")
+    return _guarded(args)
 
 
 def plan(argv: Sequence[str] = ()) -> int:
@@ -133,7 +141,7 @@ def _main(args: argparse.Namespace) -> int:
     with prepare(loaded.document, options(args), fetch_code=loaded.fetch_code, fetch_prefix=fetch_prefix) as replay:
         _say(report.before(replay, loaded.origin), sys.stderr if args.plan else sys.stdout)
         if args.emit_pytest:
-            written = emit.write(Path(args.emit_pytest), replay, hosts=args.hosts)
+            written = emit.write(Path(args.emit_pytest), replay, hosts=args.hosts, expect=args.expect or emit.FIX)
             print(f"wrote {written}: edit SOURCE_DIR and CHANNELS there, then run `pytest {written}`",
                   file=sys.stderr if args.plan else sys.stdout)
         if args.plan:

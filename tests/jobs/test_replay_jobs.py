@@ -1,6 +1,6 @@
 """``python -m emulator replay`` of a real job's ``job.json``: the failure reproduces, ``replay
 --plan`` is the original command's ``plan`` up to names and paths, and the emitted pytest module
-passes in a fresh pytest run.
+xfails in a fresh pytest run while the failure reproduces and fails (XPASS(strict)) once it does not.
 
 One recorded job (2 hosts, ``torch_distributed``, rank 1 fails with a clear error) made by
 ``python -m emulator run``, shared by the module; the replays run in the ``ci`` profile, the one
@@ -119,12 +119,23 @@ def test_replay_plan_is_the_original_commands_plan(recorded: dict[str, Any]) -> 
     assert not (root / "plan-out").exists()
 
 
-def test_the_emitted_pytest_module_passes(recorded: dict[str, Any], tmp_path: Path) -> None:
-    root, target = recorded["root"], tmp_path / "test_replayed.py"
-    done = emulator("replay", str(recorded["job"]), "--emit-pytest", str(target), "--source-dir", str(root / "src"))
-    assert done.returncode == 0, done.stderr
-    run = subprocess.run([sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
-                          f"--basetemp={tmp_path / 'inner'}", "--emulator-backend", "process"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "1 passed" in run.stdout
+def test_the_emitted_pytest_module_xfails_until_the_fix(recorded: dict[str, Any], tmp_path: Path) -> None:
+    """``--emit-pytest`` (``--expect fix``, the default) of the recorded failure, in one fresh pytest
+    run: with the recorded code the replay fails as recorded, so the test xfails (the suite stays
+    green); with code whose script now succeeds the replay Completes and strict=True fails the test
+    as XPASS(strict). Two replays, the fewest that show both."""
+    root = recorded["root"]
+    (tmp_path / "fixed").mkdir()
+    (tmp_path / "fixed" / "train.py").write_text(TRAIN.replace(f'raise ValueError("{ERROR}")', 'print("fixed")'))
+    for name, source in (("test_still_broken.py", root / "src"), ("test_fixed.py", tmp_path / "fixed")):
+        done = emulator("replay", str(recorded["job"]), "--emit-pytest", str(tmp_path / name), "--source-dir",
+                        str(source))
+        assert done.returncode == 0, done.stderr
+    run = subprocess.run([sys.executable, "-m", "pytest", "test_still_broken.py", "test_fixed.py", "-q", "-rfx",
+                          "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}", "--emulator-backend",
+                          "process"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = run.stdout
+    assert run.returncode == 1, out[-4000:] + run.stderr[-2000:]
+    assert "1 failed, 1 xfailed" in out, out[-4000:]
+    assert "XFAIL test_still_broken.py::" in out and "AlgorithmError: ExecuteUserScriptError:" in out
+    assert "FAILED test_fixed.py::" in out and "[XPASS(strict)]" in out, out[-4000:]

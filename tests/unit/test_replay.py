@@ -261,6 +261,72 @@ def test_the_emitted_module_holds_the_document_and_the_folders(doc_file: Path, p
     assert not (tmp_path / "o").exists()
 
 
+def test_the_emitted_test_asserts_the_fix_and_xfails_the_recorded_failure(
+        v2: dict[str, Any], project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--expect fix`` (the default): a failed job's test asserts Completed under a strict xfail whose
+    reason is the recorded FailureReason's first line; ``--expect recorded`` asserts the recorded
+    outcome, as before; a Completed job's test has no marker either way. (Run for real, xfail and
+    XPASS(strict), in tests/jobs/test_replay_jobs.py.)"""
+    failed = copy.deepcopy(v2["document"])
+    failed.update(TrainingJobStatus="Failed", FailureReason="AlgorithmError: ExecuteUserScriptError:\n"
+                                                            "ValueError: replay-me: rank 1 failed on purpose")
+    source = write_doc(tmp_path, failed, "failed.json")
+    modules = {}
+    for name, extra in (("fix", []), ("explicit", ["--expect", "fix"]), ("recorded", ["--expect", "recorded"])):
+        target = tmp_path / f"test_{name}.py"
+        assert main(["replay", str(source), "--emit-pytest", str(target), *extra,
+                     *flags(project, tmp_path / "o")]) == 0
+        modules[name] = target.read_text()
+    capsys.readouterr()
+    fix = modules["fix"]
+    assert fix == modules["explicit"].replace("test_explicit.py", "test_fix.py")
+    assert ("@pytest.mark.xfail(strict=True, raises=RecordedFailure, "
+            "reason='AlgorithmError: ExecuteUserScriptError:')") in fix
+    assert 'assert result.status == "Completed", result.failure_reason' in fix
+    assert "drop this marker" in fix and "--expect fix" in fix
+    recorded = modules["recorded"]
+    assert "xfail" not in recorded and "import pytest" not in recorded and "--expect recorded" in recorded
+    assert "assert result.status == RECORDED_STATUS, result.failure_reason" in recorded
+    for text in modules.values():
+        namespace = namespace_of(text)
+        assert namespace["RECORDED_STATUS"] == "Failed" and namespace["DOCUMENT"] == failed
+    namespace = namespace_of(fix)
+    test = next(value for key, value in namespace.items() if key.startswith("test_replay_"))
+    assert [(m.name, m.kwargs) for m in test.pytestmark] == [("xfail", {
+        "strict": True, "raises": namespace["RecordedFailure"], "reason": "AlgorithmError: ExecuteUserScriptError:"})]
+    # a Completed job: nothing to xfail, Completed asserted, by either --expect
+    done = copy.deepcopy(v2["document"])
+    done["TrainingJobStatus"] = "Completed"
+    source = write_doc(tmp_path, done, "done.json")
+    for extra in ([], ["--expect", "recorded"]):
+        target = tmp_path / "test_done.py"
+        assert main(["replay", str(source), "--emit-pytest", str(target), *extra, *flags(project, tmp_path / "o")]) == 0
+        assert "xfail" not in target.read_text() and "RECORDED_STATUS = 'Completed'" in target.read_text()
+    capsys.readouterr()
+    assert not (tmp_path / "o").exists()
+
+
+def namespace_of(text: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(text, "test_emitted.py", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--emit-pytest", "test_x.py", "--expect", "green"], "argument --expect: invalid choice: 'green'"),
+    (["--expect", "recorded"], "argument --expect: applies to --emit-pytest only")])
+def test_expect_is_refused_by_the_parser(doc_file: Path, project: Path, tmp_path: Path, argv: list[str],
+                                         message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value that is not fix|recorded, or ``--expect`` without ``--emit-pytest``: exit 2, the field
+    named, nothing written or started."""
+    argv = [str(tmp_path / a) if a.endswith(".py") else a for a in argv]
+    with pytest.raises(SystemExit) as exited:
+        main(["replay", str(doc_file), *argv, *flags(project, tmp_path / "o")])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "test_x.py").exists() and not (tmp_path / "o").exists()
+
+
 def test_an_emulator_job_json_gpu_scale_down_is_read_back(tmp_path: Path) -> None:
     """The sentence the emulator writes (emulator.job.deviations) is the one read back."""
     from emulator.job import request as rq
@@ -713,10 +779,11 @@ def test_plan_refuses_a_source_as_replay_plan_does(bad: str, v2: dict[str, Any],
 
 def test_plan_source_takes_only_what_plans(doc_file: Path, project: Path, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """``--emit-pytest`` (writes a file) and ``--quiet`` (quiets a run) are replay's, not plan's: refused
-    by the parser (exit 2), nothing written; so is a SOURCE with ``--entry-point``."""
+    """``--emit-pytest`` and ``--expect`` (write a file) and ``--quiet`` (quiets a run) are replay's, not
+    plan's: refused by the parser (exit 2), nothing written; so is a SOURCE with ``--entry-point``."""
     out = tmp_path / "out"
-    for extra in (["--emit-pytest", str(tmp_path / "test_x.py")], ["--quiet"], ["--entry-point", "train.py"]):
+    for extra in (["--emit-pytest", str(tmp_path / "test_x.py")], ["--expect", "fix"], ["--quiet"],
+                  ["--entry-point", "train.py"]):
         with pytest.raises(SystemExit) as exited:
             main(["plan", str(doc_file), *flags(project, out), *extra])
         assert exited.value.code == 2
