@@ -36,7 +36,6 @@ ranks: ``mpirun`` prints no root cause); a plain job with no ranks.
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 import signal as signals
@@ -47,11 +46,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..inhost.protocol import CODE_DIR, EXIT_PREFIX, FATAL_PREFIX
+from ..inhost.protocol import CODE_DIR, FATAL_PREFIX
 from ..job.request import host_order
 from ..job.result import iso
 from ..observers import AttemptRecords, FinishContext, Report
-from .quiet import LAUNCHER_CONSEQUENCES
+from . import quiet
 from .stacks import Frame, _recorded_ranks, is_user_frame, parse_faulthandler
 
 #: The key of the record in ``job.json``'s ``Emulator`` object.
@@ -178,13 +177,8 @@ def load_exceptions(diag_dir: Path, *, since: float = 0.0) -> list[Death]:
     a thread's death is not the process's), timed when the hook ran."""
     ranks = _recorded_ranks(diag_dir)
     out = []
-    for path in diag_dir.glob(f"{EXIT_PREFIX}*.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if (not isinstance(data, dict) or data.get("kind") not in ("uncaught", "child-exit")
-                or data.get("exception") in LAUNCHER_CONSEQUENCES or float(data.get("time", 0)) < since):
+    for data in quiet.load(diag_dir, since=since):  # the exit- records, less the launchers' consequences
+        if data.get("kind") not in ("uncaught", "child-exit"):
             continue
         host, pid = str(data.get("host")), _int(data.get("pid"))
         rank = _int(data.get("rank"))
