@@ -69,9 +69,10 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=1, help="instance count (algo-1..N)")
     p.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE)
     p.add_argument("--gpus-per-host", type=int, help="emulate fewer GPUs than the type has")
-    p.add_argument("--gpu-memory", default="count", choices=("count", "off"),
+    p.add_argument("--gpu-memory", default="off", choices=("count", "off"),
                    help="emulated GPUs count the memory CUDA would hold and raise CUDA's OutOfMemoryError past "
-                        "the type's GPU memory (count, default), or report it all free (off)")
+                        "the type's GPU memory (count: about 1.5x the CPU of a small FSDP job), or report it "
+                        "all free (off, default)")
     p.add_argument("--gpu-memory-gib", type=float, default=None, metavar="GIB",
                    help="memory per emulated GPU, less than the type's (a MIG slice, a shared GPU)")
     p.add_argument("--distribution",

@@ -94,8 +94,9 @@ class HostPlan:
         """What ``plan`` says of the emulated GPUs' memory: whether it is counted, and the capacity."""
         capacity = int(self.env.get(P.ENV_GPU_MEMORY, "0") or 0)
         model = self.env.get(P.ENV_GPU_MODEL, "")
-        if self.env.get(P.ENV_GPU_MEMORY_MODE, "count") == "off":
-            return f"not counted (--gpu-memory off): every query reports {capacity / (1 << 30):.2f} GiB free"
+        if self.env.get(P.ENV_GPU_MEMORY_MODE, "off") != "count":
+            return (f"not counted (--gpu-memory count counts it): every query reports {capacity / (1 << 30):.2f} "
+                    "GiB free")
         return (f"counted per GPU as CUDA's caching allocator would hold it; capacity {capacity / (1 << 30):.2f} GiB "
                 f"per {model} (the type's total_memory as CUDA reports it, or --gpu-memory-gib), less an estimated "
                 "300 MiB CUDA context; past it: CUDA's OutOfMemoryError")
@@ -240,7 +241,7 @@ def build(request: JobRequest, *, runtime: Runtime, caller_env: Mapping[str, str
         env[P.ENV_GPU_COUNT] = str(gpus)
         env[P.ENV_GPU_MODEL] = group.type.gpu_model
         env[P.ENV_GPU_MEMORY] = str(request.gpu_capacity(group.type))
-        if request.gpu_memory != "count":
+        if request.gpu_memory != "off":
             env[P.ENV_GPU_MEMORY_MODE] = request.gpu_memory
         toolkit = runner != "container"
         toolkit_runner: Runner = "process" if runner == "container" else runner

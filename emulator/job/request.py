@@ -146,7 +146,7 @@ class JobRequest:
     metric_definitions: tuple[MetricDefinition, ...] = ()
     #: Emulated GPUs count the memory CUDA would hold (``count``, default) or not (``off``: the memory
     #: API answers 0 and the whole device free, nothing runs out); see ``_sm_emulator_memory``.
-    gpu_memory: str = "count"
+    gpu_memory: str = "off"
     #: Memory per emulated GPU in GiB, less than the instance type's (a MIG slice, a GPU shared with
     #: other work); None: the type's GPU memory as CUDA reports it.
     gpu_memory_gib: float | None = None
@@ -319,7 +319,7 @@ def create(
     py_version: str | None = None,
     profile: str | None = None,
     metric_definitions: Sequence[Mapping[str, str]] | None = None,
-    gpu_memory: str = "count",
+    gpu_memory: str = "off",
     gpu_memory_gib: float | None = None,
 ) -> JobRequest:
     """Build and validate a request from the keyword arguments the SDK estimator takes.

@@ -49,7 +49,7 @@ def test_ddp_ranks_report_the_peak_their_script_sees(tmp_path: Path) -> None:
     result = emulator.run(entry_point="ddp_adam.py", source_dir=SCRIPTS, output_path=tmp_path / "out",
                           job_name="gpu-memory-ddp", instance_count=2, instance_type="ml.g5.12xlarge",
                           gpus_per_host=2, distribution={"torch_distributed": {"enabled": True}}, echo=False,
-                          stop_grace=2, profile="ci")
+                          stop_grace=2, profile="ci", gpu_memory="count")
     assert result.status == "Completed", result.failure_reason
     own = {int(r["rank"]): r for r in (json.loads(v) for k, v in result.model_files().items()
                                        if k.startswith("memory-rank"))}
@@ -69,7 +69,7 @@ def test_a_t4_runs_out_after_the_gib_it_holds(tmp_path: Path, capsys: pytest.Cap
     holds = GPU_MEMORY["Tesla T4"] // GIB  # 14 whole GiB of 14.75
     result = emulator.run(entry_point="fill_gpu.py", source_dir=SCRIPTS, output_path=tmp_path / "out",
                           job_name="gpu-memory-oom", instance_type="ml.g4dn.xlarge", echo=True, stop_grace=2,
-                          profile="ci")
+                          profile="ci", gpu_memory="count")
     console = capsys.readouterr().out
     assert result.status == "Failed"
     log = result.log("algo-1")

@@ -166,6 +166,8 @@ def test_every_patch_is_registered_and_applied(tmp_path: Path) -> None:
                                                         "torch.distributed.Backend", "threading"})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (SITE, SMDDP_SITE))), "EMULATOR_GPU_COUNT": "2",
            "EMULATOR_DIAG_DIR": str(tmp_path),
+           # memory counting (off by default) wraps UntypedStorage.resize_: on, with a known capacity
+           "EMULATOR_GPU_MEMORY": str(24 << 30), "EMULATOR_GPU_MEMORY_MODE": "count",
            "EMULATOR_SHORT_TOOLKIT_SLEEPS": "1"}
     env.pop("EMULATOR_INHOST", None)  # the patch functions are called explicitly, after the snapshot
     done = subprocess.run([sys.executable, "-c", SNAPSHOT, json.dumps(owners)], env=env, capture_output=True,

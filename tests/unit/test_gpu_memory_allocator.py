@@ -181,14 +181,18 @@ def test_capacity_override_and_mode_reach_the_hosts(tmp_path: Path) -> None:
     from emulator.backends.base import Runtime
     from emulator.job import plan as planning
 
-    request = _create(tmp_path, instance_type="ml.g5.2xlarge", gpu_memory_gib=10, gpu_memory="off")
+    request = _create(tmp_path, instance_type="ml.g5.2xlarge", gpu_memory_gib=10, gpu_memory="count")
     runtime = Runtime(python="/usr/bin/python3", train_command=("train",), inhost_root="/inhost",
                       base_env={"HOME": "/root"}, path="/usr/bin")
     host = planning.build(request, runtime=runtime, caller_env={}, num_cpus=2).hosts[0]
-    assert host.env["EMULATOR_GPU_MEMORY"] == str(10 * GIB) and host.env["EMULATOR_GPU_MEMORY_MODE"] == "off"
-    assert "not counted" in host.to_dict()["emulated_gpu_memory"]
-    counted = planning.build(_create(tmp_path, instance_type="ml.g5.2xlarge"), runtime=runtime, caller_env={},
-                             num_cpus=2).hosts[0]
+    assert host.env["EMULATOR_GPU_MEMORY"] == str(10 * GIB) and host.env["EMULATOR_GPU_MEMORY_MODE"] == "count"
+    assert host.to_dict()["emulated_gpu_memory"].startswith("counted")
+    default = planning.build(_create(tmp_path, instance_type="ml.g5.2xlarge"), runtime=runtime, caller_env={},
+                             num_cpus=2).hosts[0]  # off unless asked (its cost: the module docstring)
+    assert "EMULATOR_GPU_MEMORY_MODE" not in default.env
+    assert "not counted" in default.to_dict()["emulated_gpu_memory"]
+    counted = planning.build(_create(tmp_path, instance_type="ml.g5.2xlarge", gpu_memory="count"), runtime=runtime,
+                             caller_env={}, num_cpus=2).hosts[0]
     said = counted.to_dict()["emulated_gpu_memory"]
     assert said.startswith("counted") and "22.49 GiB" in said
 

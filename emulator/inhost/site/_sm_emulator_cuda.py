@@ -292,7 +292,7 @@ def _memory_index(device: Any = None) -> int:
 def _memory_functions(torch: Any, mem_get_info: Callable[..., tuple[int, int]],
                       ignore: Callable[[str], Callable[..., None]]) -> dict[str, Any]:
     """The ``cuda-memory`` group: counted (``_sm_emulator_memory``), or with
-    ``EMULATOR_GPU_MEMORY_MODE=off`` the old answers: nothing allocated, the whole device free."""
+    ``EMULATOR_GPU_MEMORY_MODE`` other than ``count`` the old answers: nothing allocated, the whole device free."""
     if memory.enabled():
         return {"utilization": lambda device=None: 0, **memory.memory_api(torch, _memory_index)}
     return {

@@ -1,7 +1,9 @@
 """Emulated GPUs hold memory as CUDA does: the bytes each emulated GPU would hold, per process.
 
 Applied right after ``import torch`` when ``EMULATOR_GPU_COUNT`` > 0 and ``EMULATOR_GPU_MEMORY_MODE``
-is not ``off`` (``_sm_emulator_torch`` calls :func:`install` after the CUDA patches).
+is ``count`` (the job's ``gpu_memory="count"``, ``--gpu-memory count``; off by default: counting
+cost about 1.5x the CPU of a small 2 x 2 FSDP job, measured 2026-12-07); ``_sm_emulator_torch`` calls
+:func:`install` after the CUDA patches.
 
 What counts on emulated GPU *i* (the tensors that would live on ``cuda:i`` on SageMaker), by
 storage (views share their base's bytes; a storage counts once):
@@ -88,11 +90,11 @@ def capacity() -> int:
 
 
 def enabled() -> bool:
-    """Whether this process counts GPU memory: ``EMULATOR_GPU_MEMORY_MODE`` is not ``off``, the host
+    """Whether this process counts GPU memory: ``EMULATOR_GPU_MEMORY_MODE`` is ``count``, the host
     has emulated GPUs whose memory is known (``EMULATOR_GPU_MEMORY`` > 0), and torch has what counting
     needs (dispatch modes, ``OutOfMemoryError``: torch 2.x; on older releases, or with no known
     capacity, the memory API answers as with ``off``)."""
-    if os.environ.get(ENV_GPU_MEMORY_MODE, "count") == "off" or gpu_count() == 0 or capacity() == 0:
+    if os.environ.get(ENV_GPU_MEMORY_MODE, "off") != "count" or gpu_count() == 0 or capacity() == 0:
         return False
     try:
         import torch

@@ -16,7 +16,7 @@ ENV_INHOST = "EMULATOR_INHOST"
 ENV_GPU_COUNT = "EMULATOR_GPU_COUNT"
 ENV_GPU_MODEL = "EMULATOR_GPU_MODEL"
 ENV_GPU_MEMORY = "EMULATOR_GPU_MEMORY"
-#: "off": emulated GPUs do not count the memory they would hold (default "count": _sm_emulator_memory).
+#: "count": emulated GPUs count the memory they would hold (_sm_emulator_memory); unset or "off": they do not.
 ENV_GPU_MEMORY_MODE = "EMULATOR_GPU_MEMORY_MODE"
 #: In-host folder where ranks write diagnostics records (bind-mounted from the job's scratch).
 ENV_DIAG_DIR = "EMULATOR_DIAG_DIR"

@@ -124,7 +124,7 @@ GROUPS = {g.name: g for g in (
           "the memory API answers from the bytes each emulated GPU holds (storages on cuda:i, rounded and "
           "cached as CUDA's caching allocator does; storage resizes are counted); allocations past the "
           "instance type's GPU memory raise CUDA's OutOfMemoryError; mem_get_info is capacity less reserved "
-          "less an estimated CUDA context. With EMULATOR_GPU_MEMORY_MODE=off: queries return 0, all free"),
+          "less an estimated CUDA context (EMULATOR_GPU_MEMORY_MODE=count); otherwise queries return 0, all free"),
     Group("cuda-no-ops", "_sm_emulator_cuda", "EMULATOR_GPU_COUNT > 0",
           "nothing to wait for, free or configure on the CPU"),
     Group("cuda-streams", "_sm_emulator_streams", "EMULATOR_GPU_COUNT > 0",
