@@ -76,7 +76,9 @@ def test_a_t4_runs_out_after_the_gib_it_holds(tmp_path: Path, capsys: pytest.Cap
     assert f"holding {holds} GiB" in log and f"holding {holds + 1} GiB" not in log
     text = ("CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which ")
     assert text in str(result.failure_reason)
-    assert "torch.OutOfMemoryError" in str(result.failure_reason)
+    # the exception's name as the toolkit quotes it ("OutOfMemoryError", with or without "torch.":
+    # the toolkit's ErrorMessage keeps what its scan of stderr picked, which varied between runs)
+    assert "OutOfMemoryError" in str(result.failure_reason)
     [row] = result.description["Emulator"]["GpuMemory"]["Ranks"]
     assert (row["Rank"], row["Host"], row["Gpu"]) == (0, "algo-1", 0)
     assert row["PeakAllocatedBytes"] == holds * GIB and text in row["OutOfMemory"]
