@@ -2,7 +2,8 @@
 torchrun): torch.accelerator, FSDP v1 (``device_id=torch.cuda.current_device()``,
 ``sync_module_states``), FSDP2 (``fully_shard`` over ``init_device_mesh("cuda", ...)``), their
 ``torch.distributed.checkpoint`` checkpoints across two jobs, Lightning's ``FSDPStrategy`` and
-DeepSpeed ZeRO-2/3 run unchanged GPU code, and train as DDP does.
+DeepSpeed ZeRO-2/3 (with their checkpoints, resumed by a restarted job) run unchanged GPU code, and
+train as DDP does.
 
 Oracle: the same model, seed and global batches trained in this test process by plain single-process
 SGD (AdamW for DeepSpeed) on the whole batch (no emulator, no distribution): data-parallel training
@@ -196,25 +197,44 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
         torch.testing.assert_close(saved[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:
+def _deepspeed_job(tmp_path: Path, name: str, checkpoints: Path) -> JobResult:
+    return emulator.run(entry_point="deepspeed_zero.py", source_dir=SCRIPTS.parent / "scripts_deepspeed",
+                        output_path=tmp_path / name, job_name=name, instance_count=2, instance_type="ml.g5.12xlarge",
+                        gpus_per_host=2, distribution={"torch_distributed": {"enabled": True}},
+                        checkpoint_dir=checkpoints, echo=False, stop_grace=2, profile="ci")
+
+
+def test_deepspeed_zero2_and_zero3_train_save_and_resume_on_2x2(tmp_path: Path) -> None:
     """DeepSpeed ZeRO-2 and ZeRO-3 (0.19.8 from the job's ``requirements.txt``, over the 0.19.2 the
-    2.13 DLC ships: emulator/job/dlc_images.json) with torch's AdamW on 4 emulated GPUs over 2 hosts.
-    Oracle: single-process AdamW on the whole global batch (``tests/scripts_deepspeed``)."""
+    2.13 DLC ships: emulator/job/dlc_images.json) with torch's AdamW on 4 emulated GPUs over 2 hosts:
+    train, ``save_checkpoint`` to each host's /opt/ml/checkpoints (node-local storage), then a
+    restarted job ``load_checkpoint``s from what SageMaker restores there and trains on, and runs
+    DeepSpeed's own ``zero_to_fp32.py`` (issue 55).
+
+    Oracles: single-process AdamW on the whole global batch (``tests/scripts_deepspeed``) for the
+    losses of both runs (the resumed steps match only if the weights and Adam's moments were
+    restored); the consolidated fp32 state dict, loaded here with ``torch.load``, equals the
+    reference model after the first run's steps."""
     source = SCRIPTS.parent / "scripts_deepspeed"
-    result = emulator.run(entry_point="deepspeed_zero.py", source_dir=source, output_path=tmp_path,
-                          job_name="deepspeed", instance_count=2, instance_type="ml.g5.12xlarge", gpus_per_host=2,
-                          distribution={"torch_distributed": {"enabled": True}}, echo=False, stop_grace=2,
-                          profile="ci")
-    reports = _reports(result, "deepspeed-rank-")
     tree = ast.parse((source / "deepspeed_zero.py").read_text())
-    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
-    steps, per_rank, lr = ast.literal_eval(assign.value)
+    constants: dict[str, float] = {}
+    for node in tree.body:
+        names = [getattr(t, "id", None) for t in getattr(node.targets[0], "elts", [])] \
+            if isinstance(node, ast.Assign) else []
+        if names == ["STEPS", "PER_RANK", "LR"]:
+            constants.update(zip(names, ast.literal_eval(node.value)))  # type: ignore[arg-type]
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "MORE":
+            constants["MORE"] = ast.literal_eval(node.value)
+    steps, per_rank, lr, more = (int(constants["STEPS"]), int(constants["PER_RANK"]), constants["LR"],
+                                 int(constants["MORE"]))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(1234)
-    expected = []
-    for _ in range(steps):
+    expected, saved_state = [], {}
+    for step in range(steps + more):
+        if step == steps:
+            saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         x = torch.randn(WORLD * per_rank, 8, generator=generator)
         y = torch.randn(WORLD * per_rank, 4, generator=generator)
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -222,9 +242,31 @@ def test_deepspeed_zero2_and_zero3_on_2x2(tmp_path: Path) -> None:
         loss.backward()
         optimizer.step()
         expected.append(loss.item())
+
+    checkpoints = tmp_path / "checkpoints"
+    reports = _reports(_deepspeed_job(tmp_path, "deepspeed", checkpoints), "deepspeed-rank-")
     for rank, r in reports.items():
         assert r["accelerator"] == "cuda"
         for stage in ("2", "3"):
             seen = r["stages"][stage]
             assert (seen["device"], seen["zero_stage"]) == (f"cuda:{rank % 2}", int(stage))
-            assert seen["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), (rank, stage)
+            assert seen["losses"] == pytest.approx(expected[:steps], rel=1e-5, abs=1e-6), (rank, stage)
+    # Every host uploaded its shards to the one checkpoint location: all 4 ranks' optimizer states.
+    for stage in ("2", "3"):
+        shards = sorted(p.name for p in (checkpoints / f"zero{stage}" / "final").glob("*optim_states.pt"))
+        assert len(shards) == WORLD, (stage, shards)
+
+    resumed_job = _deepspeed_job(tmp_path, "deepspeed-resumed", checkpoints)
+    resumed = _reports(resumed_job, "deepspeed-resumed-")
+    for rank, r in resumed.items():
+        assert r["resumed"] is True
+        for stage in ("2", "3"):
+            seen = r["stages"][stage]
+            assert (seen["loaded"], seen["zero_stage"]) == (True, int(stage))
+            assert seen["losses"] == pytest.approx(expected[steps:], rel=1e-5, abs=1e-6), (rank, stage)
+    files = resumed_job.model_files()
+    for stage in ("2", "3"):
+        consolidated = torch.load(io.BytesIO(files[f"zero{stage}-fp32/pytorch_model.bin"]), weights_only=True)
+        assert sorted(consolidated) == sorted(saved_state), stage
+        for name, value in saved_state.items():
+            torch.testing.assert_close(consolidated[name], value, rtol=1e-5, atol=1e-6, msg=f"zero{stage} {name}")
