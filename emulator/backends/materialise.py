@@ -8,11 +8,17 @@ The tree of ``algo-N`` lives in ``<job dir>/hosts/algo-N`` on this machine and i
 ``CheckpointConfig.LocalPath`` under ``/opt/ml`` is a folder of the tree, elsewhere a per-host folder
 (``<job dir>/hosts/algo-N.checkpoints``) mounted at that path (:mod:`emulator.preflight` refuses
 paths the backend cannot mount). Checkpoints are synced back when the hosts stop (SageMaker uploads
-them continually; a spot restart restores what the last attempt left).
+them continually; a spot restart restores what the last attempt left): what a host created or
+changed is uploaded, what it deleted of what was restored is deleted (AWS's model-checkpoints
+guide), and a restored file it left alone is not uploaded again, so a host that only received a
+checkpoint cannot overwrite the one another host wrote. Not emulated: the upload's timing during
+training (a file is there when the hosts stop, not seconds after it is written).
 """
 
 from __future__ import annotations
 
+import filecmp
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +113,7 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
             shutil.copytree(request.checkpoint_dir, folder, dirs_exist_ok=True)
+        _restored_record(request, host.name).write_text(json.dumps(_file_stats(folder)))
 
 
 def write_all(plan: JobPlan) -> None:
@@ -115,14 +122,50 @@ def write_all(plan: JobPlan) -> None:
         write_host(plan, host, host_root(plan.request.job_dir, host.name))
 
 
+def _restored_record(request: JobRequest, host: str) -> Path:
+    """Where the size and mtime of each file restored into ``host``'s checkpoint folder are kept."""
+    return request.job_dir / "hosts" / f"{host}.checkpoints-restored.json"
+
+
+def _file_stats(folder: Path) -> dict[str, list[int]]:
+    """Every file under ``folder`` (relative path → ``[size, mtime_ns]``)."""
+    stats = {}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            st = path.stat()
+            stats[path.relative_to(folder).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return stats
+
+
 def sync_checkpoints(plan: JobPlan, job_dir: Path) -> None:
-    """Copy every host's checkpoint folder back to ``CheckpointConfig.S3Uri`` (merged, as the
-    platform's single S3 prefix for all instances is)."""
+    """Upload what each host changed in its checkpoint folder to ``CheckpointConfig.S3Uri`` (one
+    prefix for all instances, as on the platform): new and changed files, the latest write last;
+    restored files a host deleted are deleted. A restored file is unchanged when its size and
+    mtime are (or, where a copy through the engine's API rounded the mtime, its bytes are)."""
     request = plan.request
-    if request.checkpoint_dir is None:
+    target = request.checkpoint_dir
+    if target is None:
         return
-    request.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)
+    uploads: list[tuple[int, str, Path]] = []
+    deleted: set[str] = set()
     for host in plan.hosts:
         src = checkpoint_folder(request, host.name)
-        if src is not None and src.is_dir():
-            shutil.copytree(src, request.checkpoint_dir, dirs_exist_ok=True)
+        if src is None or not src.is_dir():
+            continue
+        record = _restored_record(request, host.name)
+        restored: dict[str, list[int]] = json.loads(record.read_text()) if record.exists() else {}
+        now = _file_stats(src)
+        deleted |= set(restored) - set(now)
+        for rel, (size, mtime) in now.items():
+            before = restored.get(rel)
+            unchanged = before is not None and before[0] == size and (
+                before[1] == mtime
+                or ((target / rel).is_file() and filecmp.cmp(src / rel, target / rel, shallow=False)))
+            if not unchanged:
+                uploads.append((mtime, rel, src / rel))
+    for rel in sorted(deleted - {rel for _, rel, _ in uploads}):
+        (target / rel).unlink(missing_ok=True)
+    for _, rel, path in sorted(uploads):
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / rel)
