@@ -17,6 +17,7 @@ import ast
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,19 +32,29 @@ LIGHTNING_SCRIPTS = Path(__file__).parents[1] / "scripts_lightning"
 WORLD = 4
 
 
-def _constants() -> dict[str, float]:
-    """``STEPS, PER_RANK, LR`` and ``MOMENTUM`` as the script defines them."""
-    tree = ast.parse((SCRIPTS / "fsdp_train.py").read_text())
-    found: dict[str, float] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
-            names = [t.id for t in node.targets[0].elts]  # type: ignore[attr-defined]
-            if names == ["STEPS", "PER_RANK", "LR"]:
-                found.update(zip(names, ast.literal_eval(node.value)))
-        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "MOMENTUM":
-            found["MOMENTUM"] = ast.literal_eval(node.value)
-    assert sorted(found) == ["LR", "MOMENTUM", "PER_RANK", "STEPS"], f"constants not found in fsdp_train.py: {found}"
-    return found
+def _script_constants(script: Path, *names: str) -> dict[str, Any]:
+    """The module-level constants ``names`` as ``script`` assigns them from literals (``A, B = 1, 2``
+    or ``C = 3``): the test trains its reference with the script's own numbers."""
+    found: dict[str, Any] = {}
+    for node in ast.parse(script.read_text()).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        target = node.targets[0]
+        targets = target.elts if isinstance(target, ast.Tuple) else [target]
+        try:
+            values = ast.literal_eval(node.value)
+        except ValueError:
+            continue  # not a literal (``rank, world = dist.get_rank(), ...``)
+        found.update(zip([getattr(t, "id", None) for t in targets],
+                         values if isinstance(target, ast.Tuple) else [values]))
+    missing = sorted(set(names) - set(found))
+    assert not missing, f"constants not found in {script.name}: {missing}"
+    return {name: found[name] for name in names}
+
+
+def _constants() -> dict[str, Any]:
+    """``STEPS, PER_RANK, LR`` and ``MOMENTUM`` as ``fsdp_train.py`` defines them."""
+    return _script_constants(SCRIPTS / "fsdp_train.py", "STEPS", "PER_RANK", "LR", "MOMENTUM")
 
 
 def _reference() -> tuple[list[float], torch.nn.Module, torch.optim.Optimizer]:
@@ -169,9 +180,8 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     pytest.importorskip("pytorch_lightning")
     result = _run_2x2(tmp_path / "lightning-fsdp", "lightning_fsdp.py", LIGHTNING_SCRIPTS)
     reports = _reports(result, "lightning-fsdp-rank-")
-    tree = ast.parse((LIGHTNING_SCRIPTS / "lightning_fsdp.py").read_text())
-    assign = next(n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple))
-    samples, per_rank, lr = ast.literal_eval(assign.value)
+    samples, per_rank, lr = _script_constants(LIGHTNING_SCRIPTS / "lightning_fsdp.py",
+                                              "SAMPLES", "PER_RANK", "LR").values()
     generator = torch.Generator().manual_seed(1234)
     x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
     torch.manual_seed(0)
@@ -197,6 +207,53 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
         torch.testing.assert_close(saved[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_lightning_ddp_checkpoint_resumes_with_ckpt_path_after_a_restart(tmp_path: Path) -> None:
+    """Lightning's ``DDPStrategy`` with a ``ModelCheckpoint`` in /opt/ml/checkpoints, then the job
+    restarted with the same checkpoint location: ``fit(ckpt_path=last.ckpt)`` on every rank (global
+    rank 0 wrote it on algo-1; SageMaker restores it on every host) resumes at the saved epoch with
+    SGD's momentum (issue 55). Oracle: one-process SGD with momentum over the same blocks (see
+    ``test_lightning_fsdp_strategy_on_2x2``) for both runs' epochs; the final ``last.ckpt``, loaded
+    here with ``torch.load``, holds its weights."""
+    pytest.importorskip("pytorch_lightning")
+    script = LIGHTNING_SCRIPTS / "lightning_resume.py"
+    constants = _script_constants(script, "SAMPLES", "PER_RANK", "LR", "EPOCHS", "MOMENTUM")
+    samples, per_rank, epochs = constants["SAMPLES"], constants["PER_RANK"], constants["EPOCHS"]
+    generator = torch.Generator().manual_seed(1234)
+    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=constants["LR"], momentum=constants["MOMENTUM"])
+    expected = []
+    block = WORLD * per_rank
+    for _ in range(2 * epochs):
+        for start in range(0, samples, block):
+            loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            expected.append(loss.item())
+    half = len(expected) // 2
+
+    checkpoints = tmp_path / "checkpoints"
+    first = _reports(_run_2x2(tmp_path / "lightning-ddp", "lightning_resume.py", LIGHTNING_SCRIPTS,
+                              checkpoint_dir=checkpoints), "lightning-resume-rank-")
+    assert (checkpoints / "lightning-ddp" / "last.ckpt").is_file()
+    second = _reports(_run_2x2(tmp_path / "lightning-ddp-resumed", "lightning_resume.py", LIGHTNING_SCRIPTS,
+                               checkpoint_dir=checkpoints), "lightning-resume-rank-")
+    for rank in range(WORLD):
+        assert (first[rank]["strategy"], first[rank]["root_device"]) == ("DDPStrategy", f"cuda:{rank % 2}")
+        assert (first[rank]["resumed"], first[rank]["started_at_epoch"]) == (False, 0)
+        assert (second[rank]["resumed"], second[rank]["started_at_epoch"]) == (True, epochs)
+        assert first[rank]["losses"] == pytest.approx(expected[:half], rel=1e-5, abs=1e-6), rank
+        assert second[rank]["losses"] == pytest.approx(expected[half:], rel=1e-5, abs=1e-6), rank
+    saved = torch.load(checkpoints / "lightning-ddp" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == len(expected)  # the optimizer steps of both runs
+    weights = {name.removeprefix("net."): value for name, value in saved["state_dict"].items()}
+    assert sorted(weights) == sorted(model.state_dict())
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def _deepspeed_job(tmp_path: Path, name: str, checkpoints: Path) -> JobResult:
     return emulator.run(entry_point="deepspeed_zero.py", source_dir=SCRIPTS.parent / "scripts_deepspeed",
                         output_path=tmp_path / name, job_name=name, instance_count=2, instance_type="ml.g5.12xlarge",
@@ -216,17 +273,8 @@ def test_deepspeed_zero2_and_zero3_train_save_and_resume_on_2x2(tmp_path: Path) 
     restored); the consolidated fp32 state dict, loaded here with ``torch.load``, equals the
     reference model after the first run's steps."""
     source = SCRIPTS.parent / "scripts_deepspeed"
-    tree = ast.parse((source / "deepspeed_zero.py").read_text())
-    constants: dict[str, float] = {}
-    for node in tree.body:
-        names = [getattr(t, "id", None) for t in getattr(node.targets[0], "elts", [])] \
-            if isinstance(node, ast.Assign) else []
-        if names == ["STEPS", "PER_RANK", "LR"]:
-            constants.update(zip(names, ast.literal_eval(node.value)))  # type: ignore[arg-type]
-        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "MORE":
-            constants["MORE"] = ast.literal_eval(node.value)
-    steps, per_rank, lr, more = (int(constants["STEPS"]), int(constants["PER_RANK"]), constants["LR"],
-                                 int(constants["MORE"]))
+    steps, per_rank, lr, more = _script_constants(source / "deepspeed_zero.py",
+                                                  "STEPS", "PER_RANK", "LR", "MORE").values()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
