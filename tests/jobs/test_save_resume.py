@@ -54,43 +54,59 @@ def _run(output: Path, checkpoints: Path, backend: str) -> None:
 
 
 
-@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
-def test_hf_trainer_fsdp_saves_checkpoints_and_resumes_on_2x2(tmp_path: Path, backend: str,
-                                                               request: pytest.FixtureRequest) -> None:
-    """On docker too: accelerate imports DeepSpeed (the default image ships it), whose import asks
-    for the CUDA toolkit a GPU DLC has (the emulated ``nvcc`` on ``PATH``)."""
+def _saved(tmp_path: Path, name: str, job: str, steps: int) -> tuple[list[dict], torch.nn.Module]:
+    """The job's reports and its saved model, loaded with transformers' ``from_pretrained`` (no key
+    missing or unexpected), whose logits equal every rank's FSDP model's after ``steps`` steps."""
     transformers = pytest.importorskip("transformers")
-    if backend == "docker":
-        request.getfixturevalue("docker_ready")
-    checkpoints = tmp_path / "checkpoints"
-    _run(tmp_path / "hf-fsdp-save", checkpoints, backend)
-    # Checkpoints (save_steps=2) reached the checkpoint location from the hosts.
+    model_dir = tmp_path / job / "model"
+    reports = [json.loads((model_dir / f"{name}-rank-{rank}.json").read_text()) for rank in range(WORLD)]
+    model, info = transformers.BertForSequenceClassification.from_pretrained(model_dir / name,
+                                                                            output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], (name, info)
+    mine = _logits(model)
+    for report in reports:
+        assert report["step"] == steps, (name, report["rank"])
+        torch.testing.assert_close(mine, torch.tensor(report["logits"]), rtol=1e-4, atol=1e-5,
+                                   msg=f"{name}: the saved model's logits against rank {report['rank']}'s")
+    return reports, model
+
+
+def _checkpoint_holds(checkpoints: Path, steps: set[int], step: int, model: torch.nn.Module) -> None:
+    """The checkpoints of ``steps`` (save_steps=2) reached the checkpoint location from the hosts,
+    and step ``step``'s (accelerate's full-state-dict file of the checkpoint) holds ``model``."""
     assert {p.name for p in checkpoints.iterdir() if p.name.startswith("checkpoint-")} == \
-        {"checkpoint-2", "checkpoint-4"}
-    # Restarted: SageMaker restores the checkpoints on every host.
-    _run(tmp_path / "hf-fsdp-resume", checkpoints, backend)
-    reports, loaded = {}, {}
-    for name, job, steps in (("trained", "hf-fsdp-save", 4), ("resumed", "hf-fsdp-resume", 6)):
-        model_dir = tmp_path / job / "model"
-        reports[name] = [json.loads((model_dir / f"{name}-rank-{rank}.json").read_text()) for rank in range(WORLD)]
-        model, info = transformers.BertForSequenceClassification.from_pretrained(
-            model_dir / name, output_loading_info=True)
-        assert not info["missing_keys"] and not info["unexpected_keys"], (name, info)
-        loaded[name] = model
-        mine = _logits(model)
-        for report in reports[name]:
-            assert report["step"] == steps, (name, report["rank"])
-            torch.testing.assert_close(mine, torch.tensor(report["logits"]), rtol=1e-4, atol=1e-5,
-                                       msg=f"{name}: the saved model's logits against rank {report['rank']}'s")
+        {f"checkpoint-{n}" for n in steps}
+    at_step = torch.load(checkpoints / f"checkpoint-{step}" / "pytorch_model_fsdp.bin", weights_only=True)
+    trained = model.state_dict()
+    assert at_step and set(at_step) <= set(trained), sorted(at_step)
+    for key, value in at_step.items():
+        torch.testing.assert_close(value, trained[key], msg=f"checkpoint-{step} {key}")
+
+
+def test_hf_trainer_fsdp_saves_checkpoints_and_resumes_on_2x2(tmp_path: Path) -> None:
+    """Save, then a restarted job (SageMaker restores the checkpoints on every host) resumes."""
+    pytest.importorskip("transformers")
+    checkpoints = tmp_path / "checkpoints"
+    _run(tmp_path / "hf-fsdp-save", checkpoints, "process")
+    _run(tmp_path / "hf-fsdp-resume", checkpoints, "process")
+    first_reports, trained = _saved(tmp_path, "trained", "hf-fsdp-save", 4)
+    then_reports, resumed = _saved(tmp_path, "resumed", "hf-fsdp-resume", 6)
     # The resumed run trained on: another model than the one saved at step 4.
-    assert not torch.allclose(_logits(loaded["trained"]), _logits(loaded["resumed"]), atol=1e-4)
-    # Step 4's checkpoint holds the saved model (accelerate's full-state-dict file of the checkpoint).
-    at_4 = torch.load(checkpoints / "checkpoint-4" / "pytorch_model_fsdp.bin", weights_only=True)
-    trained = loaded["trained"].state_dict()
-    assert at_4 and set(at_4) <= set(trained), sorted(at_4)
-    for key, value in at_4.items():
-        torch.testing.assert_close(value, trained[key], msg=f"checkpoint-4 {key}")
+    assert not torch.allclose(_logits(trained), _logits(resumed), atol=1e-4)
+    _checkpoint_holds(checkpoints, {2, 4, 6}, 4, trained)
     # Resumed from step 4: the first run's losses of steps 1-4 are in its history, then 5 and 6.
-    first, then = reports["trained"][0]["losses"], reports["resumed"][0]["losses"]
+    first, then = first_reports[0]["losses"], then_reports[0]["losses"]
     assert sorted(first) == ["1", "2", "3", "4"] and sorted(then) == ["1", "2", "3", "4", "5", "6"]
     assert {k: then[k] for k in first} == first
+
+
+@pytest.mark.docker
+def test_hf_trainer_fsdp_saves_the_model_and_checkpoints_on_docker(tmp_path: Path, docker_ready: None) -> None:
+    """The save on docker (the resume is the process backend's test: the same toolkit and files):
+    accelerate imports DeepSpeed (the default image ships it), whose import asks for the CUDA
+    toolkit a GPU DLC has (the emulated ``nvcc`` on ``PATH``)."""
+    pytest.importorskip("transformers")
+    checkpoints = tmp_path / "checkpoints"
+    _run(tmp_path / "hf-fsdp-save", checkpoints, "docker")
+    _reports, trained = _saved(tmp_path, "trained", "hf-fsdp-save", 4)
+    _checkpoint_holds(checkpoints, {2, 4}, 4, trained)
