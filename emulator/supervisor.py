@@ -45,6 +45,7 @@ from .job.request import JobRequest
 from .job.result import FAILURE_REASON_LIMIT, Diagnostic, HostOutcome, JobResult, Transition, write_description
 from .kept import records as kept
 from .observers import AttemptContext, Event, FinishContext, Observer, Report, StopReason
+from .progress import watch_pip_log
 from .summary import write_summary
 
 #: Grace for hosts stopped because another host failed, or on Ctrl-C.
@@ -288,8 +289,12 @@ class _JobRun:
         interrupted: BaseException | None = None
         started = clock.monotonic()
         try:
-            python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
-                                       env=planning.common_env(request, be.runtime(), self.caller_env))
+            # pip's minutes (framework layers once per machine, requirements.txt once per job
+            # environment) say how far they are; a cached environment says nothing.
+            with watch_pip_log(self.logs / "jobenv.log", "making the job's environment",
+                               self.stream if self.echo else sys.stderr):
+                python = be.prepare_python(request, scratch=scratch, log=self.logs / "jobenv.log",
+                                           env=planning.common_env(request, be.runtime(), self.caller_env))
             if number == 0:  # once per job (not again at a spot restart)
                 from .preflight import package_warnings
 

@@ -32,6 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from emulator.progress import PREFIX
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 #: Files that count as rank 0's model in ``model.tar.gz``.
@@ -39,6 +41,9 @@ MODEL_FILES = ("model.pt", "model.safetensors", "pytorch_model.bin")
 #: A scenario that runs longer is stopped (SIGINT: the SDK session stops the job) and fails.
 TIMEOUT = 1800.0
 #: What a launcher may not see: nothing of a real AWS account is needed or used.
+#: A job's start as the emulator says it (``supervisor``), passed on in table mode with the
+#: progress lines (:data:`emulator.progress.PREFIX`): no phase is silent for minutes.
+STARTING = re.compile(r"\[emulator\] \S+: starting \d+ host\(s\)")
 AWS_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
@@ -214,6 +219,9 @@ def _launch(cmd: list[str], env: dict[str, str], log: Path, *, echo: bool, timeo
                 out.write(line)
                 if echo:
                     sys.stderr.write(line)
+                elif PREFIX in line or STARTING.search(line):  # the phases, in table mode too
+                    sys.stderr.write(f"  {line.strip().removeprefix('[emulator] ')}\n")
+                    sys.stderr.flush()
 
     reader = threading.Thread(target=copy, daemon=True)
     reader.start()

@@ -102,7 +102,7 @@ def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
 #: The layers, lowest first: a module may import its own layer and those below, never one above.
 #: ``inhost`` (the code that runs inside the hosts, and the protocol both sides share) is below all.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"inhost", "errors", "mpi_output", "console", "cache"}),
+    frozenset({"inhost", "errors", "mpi_output", "console", "cache", "progress"}),
     frozenset({"job"}),
     frozenset({"backends"}),
     frozenset({"observers", "diagnostics"}),
