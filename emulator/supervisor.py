@@ -541,7 +541,7 @@ def run(request: JobRequest, *, backend: str | Backend = DEFAULT_BACKEND, stream
         faults = fault_specs.parse_all(f for f in faults if isinstance(f, str)) + tuple(
             f for f in faults if not isinstance(f, str))
         fault_specs.check(faults, request.hosts)
-    be.check()
+    be.check(request=request)
     from .preflight import check as preflight
 
     notes = preflight(request, be)  # warnings: said before anything starts

@@ -121,7 +121,7 @@ class FakeBackend:
     #: Lines each host's log holds once it has started (the log tailer hands them to observers).
     lines: dict[str, list[str]] = field(default_factory=dict)
 
-    def check(self) -> None:
+    def check(self, *, request: JobRequest | None = None) -> None:
         pass
 
     def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:

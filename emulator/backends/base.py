@@ -194,7 +194,9 @@ class Backend(Protocol):
     fast_start: bool
     shares_machine_filesystem: bool
 
-    def check(self) -> None: ...
+    def check(self, *, request: JobRequest | None = None) -> None:
+        """Raise :class:`~emulator.errors.BackendUnavailable` when this backend cannot run
+        ``request`` (or any job) here, before anything is prepared."""
 
     def runtime(self, *, python: str | None = None, request: JobRequest | None = None) -> Runtime:
         """The image's facts for planning; ``python``: the job environment's interpreter (process

@@ -275,6 +275,25 @@ def test_missing_image_names_the_session(docker_client: Any) -> None:
         DockerBackend().check(image="sagemaker-emulator-test/absent:0")
 
 
+@pytest.mark.docker
+def test_a_framework_job_needs_no_default_image_before_it_is_prepared(docker_client: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nox -s emulate`` builds only the image its docker scenario runs (a framework family's, in
+    ``prepare``): checking such a job asks the engine, not for the default image; a job of the
+    default image still needs it first (here: a default image missing from the engine)."""
+    from emulator.backends.docker import backend
+    from emulator.job import request as rq
+
+    monkeypatch.setattr(backend, "DEFAULT_IMAGE", "sagemaker-emulator-test/absent:0")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    framework = rq.create(entry_point="train.py", source_dir=tmp_path, framework_version="1.12",
+                          output_path=tmp_path / "out", job_name="fw")
+    plain = rq.create(entry_point="train.py", source_dir=tmp_path, output_path=tmp_path / "out", job_name="plain")
+    backend.DockerBackend().check(request=framework)
+    with pytest.raises(BackendUnavailable, match="sagemaker-emulator-test/absent:0"):
+        backend.DockerBackend().check(request=plain)
+
+
 #: The reaper tests fabricate a dead owner's containers and networks, which any machine-wide reap
 #: removes at once (the other one here, test_kept's `python -m emulator reap`): CI failed once when
 #: the other test's reap_jobs() removed this one's new network between docker-py's create and its

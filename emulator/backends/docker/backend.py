@@ -385,8 +385,17 @@ class DockerBackend:
     def __init__(self, *, owner: tuple[int, int] | None = None) -> None:
         self.owner = owner if owner is not None else (os.getuid(), os.getgid())
 
-    def check(self, image: str | None = None) -> None:
+    def check(self, image: str | None = None, *, request: JobRequest | None = None) -> None:
+        """The engine answers, and ``image`` (default: the emulator's default image) is on it;
+        for a ``request`` whose hosts run a framework family's image, only the engine: ``prepare``
+        builds that image on first use and checks it (``nox -s emulate`` needs no default image)."""
         client = engine.client(API_TIMEOUT)
+        if request is not None and image is None:
+            from . import images
+
+            planned = images.planned(request)
+            if planned.dlc is not None and planned.tag != images.DEFAULT_IMAGE:
+                return
         self._require_image(client, resolve_image(image))
 
     @staticmethod

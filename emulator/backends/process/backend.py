@@ -290,7 +290,7 @@ class ProcessBackend:
     fast_start = True  # ranks may fork from a pre-imported interpreter (emulator/job/profiles.py)
     shares_machine_filesystem = True  # outside the spec's mounts and /tmp, a host sees this machine's files
 
-    def check(self) -> None:
+    def check(self, *, request: JobRequest | None = None) -> None:
         missing = [t for t in TOOLS if shutil.which(t) is None]
         if missing:
             raise BackendUnavailable(
