@@ -4,9 +4,9 @@ environment (its framework layers, once per machine, then the job's ``requiremen
 While the phase runs, a watcher reads the log pip writes (``logs/jobenv.log``) and says how far it
 is: packages collected, megabytes downloaded, packages being installed, seconds so far. On a
 terminal it is one live line, rewritten each second; elsewhere (CI logs, a pipe) a line every
-:data:`INTERVAL` seconds. A phase that ends before the first line (a cached environment) prints
-nothing. Lines start with :data:`PREFIX`, so a caller that hides a job's output (``nox -s emulate``'s
-table) can still pass them on.
+:data:`INTERVAL` seconds, the first naming the log. A phase that ends before the first line (a
+cached environment) prints nothing. Lines start with :data:`PREFIX`, so a caller that hides a
+job's output (``nox -s emulate``'s table) can still pass them on.
 
 Read from pip's own log lines (pip 26: ``Collecting``, ``Downloading <file> (<size>)``, ``Installing
 collected packages: ...``, ``Successfully installed``); a line pip does not write counts nothing.
@@ -15,6 +15,7 @@ collected packages: ...``, ``Successfully installed``); a line pip does not writ
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -97,10 +98,13 @@ def watch_pip_log(log: Path, what: str, stream: TextIO, *, clock: Callable[[], f
         nonlocal said
         while not done.wait(every):
             read()
-            text = f"{PREFIX}{what} ({clock() - began:.0f} s): {progress.describe()}; pip's output: {log}"
-            if live:
-                stream.write("\r\033[K" + paint(text, "1", stream))
+            text = f"{PREFIX}{what} ({clock() - began:.0f} s): {progress.describe()}"
+            if live:  # one line, cut to the terminal's width so that \r rewrites it
+                width = shutil.get_terminal_size().columns - 1
+                stream.write("\r\033[K" + paint(text[:width], "1", stream))
             else:
+                if not said:  # where the detail is, once
+                    text += f"; pip's output: {log}"
                 stream.write(paint(text, "1", stream) + "\n")
             stream.flush()
             said = True
