@@ -87,7 +87,7 @@ SCENARIOS = (
 def framework_scenarios() -> list[Scenario]:
     """Jobs that name a ``framework_version`` (their DLC's torch and Python, so the docker
     backend whatever ``--backend`` says), when a docker engine answers here (their image is built
-    by :func:`start_image_builds`, not needed before). Their test is tests/jobs/test_framework_jobs.py."""
+    by :func:`ensure_image`, not needed before). Their test is tests/jobs/test_framework_jobs.py."""
     try:
         from emulator.backends.docker import engine
 
@@ -97,43 +97,13 @@ def framework_scenarios() -> list[Scenario]:
     return [Scenario("mnist_lightning16_smddp", "mnist_lightning16_smddp", backend="docker", framework="1.12")]
 
 
-def start_image_builds(scenarios: Sequence[Scenario]) -> dict[str, ImageBuild]:
-    """Start building the image of each framework family ``scenarios`` run on docker, in the
-    background: the build (pip and disk, minutes) overlaps the process-backend scenarios that run
-    first; a scenario waits for its family's build (:meth:`ImageBuild.wait`)."""
-    builds: dict[str, ImageBuild] = {}
-    for scenario in scenarios:
-        if scenario.framework is not None and scenario.framework not in builds:
-            builds[scenario.framework] = ImageBuild(scenario)
-    return builds
-
-
-class ImageBuild:
-    """One framework image's build in a thread (:func:`ensure_image`); its error is raised by
-    :meth:`wait`, in the scenario that needs the image."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._build, args=(scenario,), name=f"image-{scenario.framework}",
-                                       daemon=True)
-        self.thread.start()
-
-    def _build(self, scenario: Scenario) -> None:
-        try:
-            ensure_image(scenario)
-        except BaseException as e:  # handed to the scenario that needs the image by wait()
-            self.error = e
-
-    def wait(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-
-
 def ensure_image(scenario: Scenario) -> None:
     """Build the image of ``scenario``'s framework family if it is not built yet, saying what is
     built and roughly how long it takes (``emulator.backends.docker.images``; once per machine, then cached).
-    Built here, not by ``.ci/setup``, so the other scenarios' results come first."""
+    Built here, not by ``.ci/setup``, so the other scenarios' results come first; not in the
+    background while they run: on 2 cores that made the first two scenarios' environments and the
+    build contend (measured on a fresh engine, 2026-12-08: 940 s for the three, 752 s one after
+    another)."""
     if scenario.framework is None:
         return
     from emulator.backends.docker import images
@@ -337,12 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no scenario matches {args.only}; known: {', '.join(s.name for s in everything)}")
     root = args.output_dir or Path(tempfile.mkdtemp(prefix="emulator-matrix-"))
     outcomes: list[Outcome] = []
-    builds = start_image_builds(chosen)
     try:
         for scenario in chosen:
             print(f"running {scenario.name} ...", file=sys.stderr, flush=True)
-            if scenario.framework is not None:
-                builds[scenario.framework].wait()
+            ensure_image(scenario)
             start = time.monotonic()
             work = root / re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name)
             outcome = run_one(scenario, work=work, backend=args.backend, echo=args.echo, profile=args.profile)
