@@ -173,6 +173,28 @@ def test_dcp_checkpoint_of_fsdp_v1_and_fsdp2_loads_on_the_next_run(tmp_path: Pat
         assert fresh_sum != pytest.approx(first[0][mode]["sum"], rel=1e-3)
 
 
+def _lightning_reference(samples: int, per_rank: int, lr: float, momentum: float = 0.0,
+                         epochs: int = 1) -> tuple[list[float], torch.nn.Module]:
+    """One-process SGD over the Lightning scripts' dataset in blocks of world x per-rank samples
+    (what their unshuffled ``DistributedSampler`` slices add up to, see
+    ``tests/scripts_lightning/lightning_fsdp.py``): each step's loss, and the model after the last."""
+    generator = torch.Generator().manual_seed(1234)
+    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    losses = []
+    block = WORLD * per_rank
+    for _ in range(epochs):
+        for start in range(0, samples, block):
+            loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses, model
+
+
 def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     """Lightning's ``FSDPStrategy`` on 4 emulated GPUs over 2 hosts. Oracle: single-process SGD
     over the same dataset in blocks of world x per-rank samples (what the script's unshuffled
@@ -182,19 +204,7 @@ def test_lightning_fsdp_strategy_on_2x2(tmp_path: Path) -> None:
     reports = _reports(result, "lightning-fsdp-rank-")
     samples, per_rank, lr = _script_constants(LIGHTNING_SCRIPTS / "lightning_fsdp.py",
                                               "SAMPLES", "PER_RANK", "LR").values()
-    generator = torch.Generator().manual_seed(1234)
-    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    expected = []
-    block = WORLD * per_rank
-    for start in range(0, samples, block):
-        loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        expected.append(loss.item())
+    expected, model = _lightning_reference(samples, per_rank, lr)
     for rank, r in reports.items():
         assert (r["world_size"], r["strategy"], r["root_device"]) == (WORLD, "FSDPStrategy", f"cuda:{rank % 2}")
         assert r["losses"] == pytest.approx(expected, rel=1e-5, abs=1e-6), rank
@@ -218,20 +228,7 @@ def test_lightning_ddp_checkpoint_resumes_with_ckpt_path_after_a_restart(tmp_pat
     script = LIGHTNING_SCRIPTS / "lightning_resume.py"
     constants = _script_constants(script, "SAMPLES", "PER_RANK", "LR", "EPOCHS", "MOMENTUM")
     samples, per_rank, epochs = constants["SAMPLES"], constants["PER_RANK"], constants["EPOCHS"]
-    generator = torch.Generator().manual_seed(1234)
-    x, y = torch.randn(samples, 8, generator=generator), torch.randn(samples, 4, generator=generator)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=constants["LR"], momentum=constants["MOMENTUM"])
-    expected = []
-    block = WORLD * per_rank
-    for _ in range(2 * epochs):
-        for start in range(0, samples, block):
-            loss = torch.nn.functional.mse_loss(model(x[start:start + block]), y[start:start + block])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            expected.append(loss.item())
+    expected, model = _lightning_reference(samples, per_rank, constants["LR"], constants["MOMENTUM"], 2 * epochs)
     half = len(expected) // 2
 
     checkpoints = tmp_path / "checkpoints"

@@ -16,26 +16,10 @@ import os
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.strategies import FSDPStrategy
+from tiny_model import TinyModel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 SAMPLES, PER_RANK, LR = 64, 4, 0.1
-
-
-class Model(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-        self.losses: list = []
-
-    def training_step(self, batch, batch_index):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.losses.append(self.all_gather(loss.detach()).mean().item())
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=LR)
 
 
 generator = torch.Generator().manual_seed(1234)
@@ -44,7 +28,7 @@ trainer = pl.Trainer(accelerator="gpu", devices=int(os.environ["SM_NUM_GPUS"]),
                      num_nodes=len(os.environ["SM_HOSTS"].split(",")), strategy=FSDPStrategy(),
                      max_epochs=1, enable_progress_bar=False, enable_checkpointing=False, logger=False,
                      enable_model_summary=False, use_distributed_sampler=False)
-model = Model()
+model = TinyModel(LR)
 sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]), rank=int(os.environ["RANK"]),
                              shuffle=False)
 trainer.fit(model, DataLoader(dataset, batch_size=PER_RANK, sampler=sampler))

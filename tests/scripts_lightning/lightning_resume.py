@@ -18,33 +18,12 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.strategies import DDPStrategy
+from tiny_model import TinyModel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 SAMPLES, PER_RANK, LR = 32, 4, 0.1
 EPOCHS, MOMENTUM = 2, 0.9
 CHECKPOINTS = "/opt/ml/checkpoints/lightning-ddp"
-
-
-class Model(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(7 if os.path.exists(os.path.join(CHECKPOINTS, "last.ckpt")) else 0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-        self.losses: list = []
-        self.started_at: int | None = None
-
-    def on_train_start(self) -> None:
-        self.started_at = self.current_epoch
-
-    def training_step(self, batch, batch_index):
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.net(x), y)
-        self.losses.append(self.all_gather(loss.detach()).mean().item())
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=LR, momentum=MOMENTUM)
-
 
 last = os.path.join(CHECKPOINTS, "last.ckpt")
 resuming = os.path.exists(last)
@@ -55,7 +34,7 @@ trainer = pl.Trainer(accelerator="gpu", devices=int(os.environ["SM_NUM_GPUS"]),
                      max_epochs=2 * EPOCHS if resuming else EPOCHS, enable_progress_bar=False, logger=False,
                      enable_model_summary=False, use_distributed_sampler=False,
                      callbacks=[ModelCheckpoint(dirpath=CHECKPOINTS, save_last=True, save_top_k=0)])
-model = Model()
+model = TinyModel(LR, MOMENTUM, seed=7 if resuming else 0)  # the load must replace seed 7's
 sampler = DistributedSampler(dataset, num_replicas=int(os.environ["WORLD_SIZE"]), rank=int(os.environ["RANK"]),
                              shuffle=False)
 trainer.fit(model, DataLoader(dataset, batch_size=PER_RANK, sampler=sampler), ckpt_path=last if resuming else None)
