@@ -48,10 +48,8 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CONTEXT_FILES = ("entrypoint.sh", "torch-wheels.sh")
 #: The manifest writer, run by the image's Python at build time (copied into the context, hashed).
 MANIFEST_SCRIPT = ROOT / "emulator" / "backends" / "manifest.py"
-#: Minutes a cold build takes on the 2-core CI machine, for the estimate shown before a build: the
-#: debootstrap base (80 s, 2026-12-08), the torch 1.12 image (353 s on a fresh engine, issue 57's
-#: run), any other image (the 2.x GPU images: 12 to 18 min, .ci/run's note).
-ESTIMATE_MIN = {"base": 2, "image-1.12": 6, "image": 15}
+#: Minutes a cold build takes on the 2-core CI machine, for the estimate shown before a build.
+ESTIMATE_MIN = {"base": 2, "image": 15}
 #: Debian packages an image of that suite needs besides the Dockerfile's (bullseye's pip on
 #: Python 3.9 imports distutils, packaged separately there).
 SUITE_PACKAGES = {"bullseye": ("python3-distutils",)}
@@ -206,7 +204,7 @@ def image_tag(install: Any, base_image: str | None = None) -> str | None:
 
 def estimate(install: Any, base_image: str | None = None) -> int:
     """Minutes a cold build of the image of ``install`` takes here (for the progress line)."""
-    minutes = ESTIMATE_MIN.get(f"image-{install.image.family}", ESTIMATE_MIN["image"])
+    minutes = ESTIMATE_MIN["image"]
     if base_image is None and _image_id(base_tag(suite(install))) is None:
         minutes += ESTIMATE_MIN["base"]
     return minutes
