@@ -113,7 +113,7 @@ def write_host(plan: JobPlan, host: HostPlan, root: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if request.checkpoint_dir is not None and request.checkpoint_dir.is_dir():
             shutil.copytree(request.checkpoint_dir, folder, dirs_exist_ok=True)
-        _restored_record(request, host.name).write_text(json.dumps(_file_stats(folder)))
+            _restored_record(request, host.name).write_text(json.dumps(_file_stats(folder)))
 
 
 def write_all(plan: JobPlan) -> None:
@@ -123,7 +123,8 @@ def write_all(plan: JobPlan) -> None:
 
 
 def _restored_record(request: JobRequest, host: str) -> Path:
-    """Where the size and mtime of each file restored into ``host``'s checkpoint folder are kept."""
+    """Where the size and mtime of each file restored into ``host``'s checkpoint folder are kept
+    (none when nothing was restored: then every file the host has is new)."""
     return request.job_dir / "hosts" / f"{host}.checkpoints-restored.json"
 
 
